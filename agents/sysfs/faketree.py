@@ -1,0 +1,171 @@
+"""Writes a fake ``/sys/class/infiniband`` (and ``/sys/class/net`` IPoIB) tree in the
+exact kernel formats (``drivers/infiniband/core/sysfs.c``), for the simulator and demo."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from agents.sysfs.infiniband import EXTENDABLE, EXTENDED_ONLY, FIXED_WIDTHS, counter_max
+
+# sysfs prints the data rate (what ib_query_port's active_speed maps to), not signalling:
+RATE_GBPS = {
+    "SDR": 2.5, "DDR": 5, "QDR": 10, "FDR10": 10, "FDR": 14, "EDR": 25, "HDR": 50,
+    "NDR": 100, "XDR": 200,
+}  # fmt: skip
+STATES = {1: "DOWN", 2: "INIT", 3: "ARMED", 4: "ACTIVE", 5: "ACTIVE_DEFER"}
+PHYS_STATES = {
+    1: "Sleep", 2: "Polling", 3: "Disabled", 4: "PortConfigurationTraining", 5: "LinkUp",
+    6: "LinkErrorRecovery", 7: "Phy Test",
+}  # fmt: skip
+PKEY_TABLE_SIZE = 128
+
+
+def format_rate(lanes: int, speed: str) -> str:
+    """Kernel ``rate_show``: ``%d%s Gb/sec (%dX%s)``; half rates print ``.5``."""
+    total = RATE_GBPS[speed] * lanes
+    whole = int(total)
+    frac = ".5" if total - whole >= 0.5 else ""
+    return f"{whole}{frac} Gb/sec ({lanes}X {speed})"
+
+
+def format_guid(value: int) -> str:
+    """``node_guid`` format: 4 groups of 4 hex digits."""
+    h = f"{value:016x}"
+    return ":".join(h[i : i + 4] for i in range(0, 16, 4))
+
+
+def format_gid(port_guid: int, prefix: int = 0xFE80000000000000) -> str:
+    h = f"{prefix:016x}{port_guid:016x}"
+    return ":".join(h[i : i + 4] for i in range(0, 32, 4))
+
+
+@dataclass
+class FakePort:
+    num: int = 1
+    port_guid: int = 0
+    lid: int = 1
+    sm_lid: int = 1
+    state: int = 4
+    phys_state: int = 5
+    lanes: int = 4
+    speed: str = "NDR"
+    link_layer: str = "InfiniBand"
+    pkeys: list[int] = field(default_factory=lambda: [0xFFFF])
+    counters: dict[str, int] = field(default_factory=dict)
+    hw_counters: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class FakeHca:
+    name: str = "mlx5_0"
+    node_guid: int = 0
+    node_desc: str = ""
+    fw_ver: str = "28.39.1002"
+    board_id: str = "MT_0000000838"
+    hca_type: str = "MT4129"
+    extended: bool = True  # PortCountersExtended: 64-bit data/packet counters
+    no_pma: bool = False  # every counter reads "N/A (no PMA)" (old kernels)
+    ports: list[FakePort] = field(default_factory=lambda: [FakePort()])
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class FakeSysfsWriter:
+    """Owns a fake sysfs root; write devices, then bump counters between samples."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.hcas: dict[str, FakeHca] = {}
+
+    def add(self, hca: FakeHca) -> None:
+        self.hcas[hca.name] = hca
+        self.write(hca.name)
+
+    def write(self, name: str) -> None:
+        hca = self.hcas[name]
+        d = self.root / "class" / "infiniband" / hca.name
+        _write(d / "node_guid", format_guid(hca.node_guid) + "\n")
+        _write(d / "sys_image_guid", format_guid(hca.node_guid) + "\n")
+        _write(d / "node_type", "1: CA\n")
+        _write(d / "fw_ver", hca.fw_ver + "\n")
+        _write(d / "board_id", hca.board_id + "\n")
+        _write(d / "hca_type", hca.hca_type + "\n")
+        _write(d / "node_desc", hca.node_desc + "\n")
+        for port in hca.ports:
+            self._write_port(hca, port, d / "ports" / str(port.num))
+
+    def _write_port(self, hca: FakeHca, port: FakePort, p: Path) -> None:
+        _write(p / "state", f"{port.state}: {STATES[port.state]}\n")
+        _write(p / "phys_state", f"{port.phys_state}: {PHYS_STATES[port.phys_state]}\n")
+        _write(p / "rate", format_rate(port.lanes, port.speed) + "\n")
+        _write(p / "lid", f"0x{port.lid:x}\n")
+        _write(p / "sm_lid", f"0x{port.sm_lid:x}\n")
+        _write(p / "lid_mask_count", "0\n")
+        _write(p / "link_layer", port.link_layer + "\n")
+        _write(p / "gids" / "0", format_gid(port.port_guid) + "\n")
+        table = [*port.pkeys, *([0] * (PKEY_TABLE_SIZE - len(port.pkeys)))]
+        for i, key in enumerate(table[:PKEY_TABLE_SIZE]):
+            _write(p / "pkeys" / str(i), f"0x{key:04x}\n")
+        names = list(FIXED_WIDTHS) + [
+            n for n in sorted(EXTENDABLE) if hca.extended or n not in EXTENDED_ONLY
+        ]
+        for name in names:
+            _write(p / "counters" / name, self._counter_text(hca, port, name))
+        for name, value in port.hw_counters.items():
+            _write(p / "hw_counters" / name, f"{value}\n")
+
+    @staticmethod
+    def _counter_text(hca: FakeHca, port: FakePort, name: str) -> str:
+        if hca.no_pma:
+            return "N/A (no PMA)\n"
+        value = min(port.counters.get(name, 0), counter_max(name, hca.extended))
+        return f"{value}\n"
+
+    def bump(self, name: str, port_num: int, **deltas: int) -> None:
+        """Advance counters like hardware does (narrow counters stick at their max)."""
+        hca = self.hcas[name]
+        port = next(p for p in hca.ports if p.num == port_num)
+        for counter, delta in deltas.items():
+            limit = counter_max(counter, hca.extended)
+            port.counters[counter] = min(port.counters.get(counter, 0) + delta, limit)
+        self.write(name)
+
+    def set_pkeys(self, name: str, port_num: int, pkeys: list[int]) -> None:
+        hca = self.hcas[name]
+        next(p for p in hca.ports if p.num == port_num).pkeys = list(pkeys)
+        self.write(name)
+
+    def add_netdev(self, ifname: str, pkey: int = 0xFFFF, parent: str = "") -> Path:
+        """An IPoIB netdev under ``class/net`` with ``pkey``/``create_child`` files."""
+        d = self.root / "class" / "net" / ifname
+        _write(d / "pkey", f"0x{pkey:04x}\n")
+        _write(d / "type", "32\n")
+        if parent:
+            _write(d / "parent", parent + "\n")
+        else:
+            _write(d / "create_child", "")
+            _write(d / "delete_child", "")
+        return d
+
+
+def gpu_node_hcas(index: int, count: int = 1) -> list[FakeHca]:
+    """Deterministic HCAs for simulated node ``index`` (GUIDs like ibsim's 0x1000xx)."""
+    hcas = []
+    for i in range(count):
+        node_guid = 0x0002C90300000000 + (index << 8) + (i << 1)
+        hcas.append(
+            FakeHca(
+                name=f"mlx5_{i}",
+                node_guid=node_guid,
+                node_desc=f"gpu-node-{index:02d} mlx5_{i}",
+                ports=[FakePort(num=1, port_guid=node_guid + 1, lid=(index * 8 + i) % 0xBFFF + 1)],
+            )
+        )
+    return hcas
