@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 
 from agents.sysfs.infiniband import (
-    InfinibandCollector,
     IbDevice,
     IbPort,
+    InfinibandCollector,
     gid_to_guid,
     parse_rate,
     parse_state,
@@ -23,9 +23,13 @@ def test_node_exporter_tree(node_exporter_sys: Path) -> None:
     mlx = devs[1]
     assert (mlx.board_id, mlx.fw_ver, mlx.hca_type) == ("SM_1141000001000", "2.31.5050", "MT4099")
     p1 = _port(devs, "mlx4_0", 1)
-    assert p1.state_id == 4 and p1.state == "ACTIVE"
-    assert p1.phys_state_id == 5 and p1.phys_state == "LinkUp"
-    assert p1.rate_gbps == 40.0 and p1.link_width == "4X" and p1.link_speed == "QDR"
+    assert p1.state_id == 4
+    assert p1.state == "ACTIVE"
+    assert p1.phys_state_id == 5
+    assert p1.phys_state == "LinkUp"
+    assert p1.rate_gbps == 40.0
+    assert p1.link_width == "4X"
+    assert p1.link_speed == "QDR"
     assert p1.link_layer == "InfiniBand"
     # x4: data counters are 4-octet words
     assert p1.counters["port_rcv_data"] == 4631917
@@ -35,7 +39,8 @@ def test_node_exporter_tree(node_exporter_sys: Path) -> None:
     assert p1.extended
     assert p1.saturated == ["port_xmit_wait"]
     assert p1.counters_ext["port_rcv_data_64"] == 4631917
-    assert p1.pkeys is None and p1.port_guid is None
+    assert p1.pkeys is None
+    assert p1.port_guid is None
 
 
 def test_no_pma_device_is_survived(node_exporter_sys: Path) -> None:
@@ -44,7 +49,8 @@ def test_no_pma_device_is_survived(node_exporter_sys: Path) -> None:
     assert p.counters == {}
     assert p.unavailable["port_xmit_data"] == "N/A (no PMA)"
     assert len(p.unavailable) == 17
-    assert p.rate_gbps == 10.0 and p.link_speed is None  # old kernel SDR: "10 Gb/sec (4X)"
+    assert p.rate_gbps == 10.0
+    assert p.link_speed is None
     assert p.saturated == []
     assert p.data_bytes("port_xmit_data") is None
 
@@ -55,13 +61,16 @@ def test_procfs_tree_quirks(procfs_sys: Path) -> None:
     mlx5 = devs[2]
     assert mlx5.node_guid == "0a7f:bc12:45ef:d23b"
     p = mlx5.ports[0]
-    assert p.phys_state_id == 4 and p.phys_state == "ACTIVE"  # real quirk, kept
-    assert p.rate_gbps == 25.0 and p.link_width == "1X"
+    assert p.phys_state_id == 4
+    assert p.phys_state == "ACTIVE"
+    assert p.rate_gbps == 25.0
+    assert p.link_width == "1X"
     assert p.hw_counters["rx_read_requests"] == 175528982
     assert p.hw_counters["duplicate_request"] == 41
     assert p.counters["port_xmit_data"] == 2880761508848
     assert p.data_bytes("port_xmit_data") == 2880761508848 * 4
-    assert p.extended and p.saturated == []
+    assert p.extended
+    assert p.saturated == []
     assert _port(devs, "mlx4_0", 2).link_layer == "InfiniBand"  # extra blank line stripped
     hfi = devs[0]
     assert hfi.hca_type is None  # file absent: absent, not a crash
