@@ -1,0 +1,1 @@
+"""GPU telemetry through NVML. Only :mod:`agents.nvml.binding` imports ``pynvml``."""

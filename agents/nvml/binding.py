@@ -1,0 +1,60 @@
+"""The one module that imports ``pynvml`` (from the ``nvidia-ml-py`` distribution).
+
+Everything else receives an *NVML API object*: this module's :func:`real_api` (the
+``pynvml`` module itself) or :class:`agents.nvml.fake.FakeNvml`, which has the same call
+surface and raises the same exception classes (re-exported here).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pynvml
+
+NVMLError: type[Exception] = pynvml.NVMLError
+NVML_ERROR_UNINITIALIZED: int = pynvml.NVML_ERROR_UNINITIALIZED
+NVML_ERROR_INVALID_ARGUMENT: int = pynvml.NVML_ERROR_INVALID_ARGUMENT
+NVML_ERROR_NOT_SUPPORTED: int = pynvml.NVML_ERROR_NOT_SUPPORTED
+NVML_ERROR_NO_PERMISSION: int = pynvml.NVML_ERROR_NO_PERMISSION
+NVML_ERROR_NOT_FOUND: int = pynvml.NVML_ERROR_NOT_FOUND
+NVML_ERROR_TIMEOUT: int = pynvml.NVML_ERROR_TIMEOUT
+NVML_ERROR_GPU_IS_LOST: int = pynvml.NVML_ERROR_GPU_IS_LOST
+NVML_ERROR_UNKNOWN: int = pynvml.NVML_ERROR_UNKNOWN
+NVML_ERROR_LIBRARY_NOT_FOUND: int = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
+NVML_ERROR_DRIVER_NOT_LOADED: int = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+
+NotSupported: type[Exception] = pynvml.NVMLError_NotSupported
+GpuIsLost: type[Exception] = pynvml.NVMLError_GpuIsLost
+Timeout: type[Exception] = pynvml.NVMLError_Timeout
+
+# Constants the collector passes to NVML calls (copied onto the fake).
+CONSTANTS: dict[str, int] = {
+    name: int(getattr(pynvml, name))
+    for name in (
+        "NVML_TEMPERATURE_GPU",
+        "NVML_CLOCK_SM",
+        "NVML_CLOCK_MEM",
+        "NVML_MEMORY_ERROR_TYPE_UNCORRECTED",
+        "NVML_VOLATILE_ECC",
+        "NVML_NVLINK_MAX_LINKS",
+        "NVML_FEATURE_ENABLED",
+        "NVML_DEVICE_MIG_ENABLE",
+        "nvmlEventTypeXidCriticalError",
+    )
+}
+
+
+def error(code: int) -> Exception:
+    """The real ``pynvml`` exception for ``code`` (``NVMLError(3)`` is a NotSupported)."""
+    exc: Exception = pynvml.NVMLError(code)
+    return exc
+
+
+def error_code(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def real_api() -> Any:
+    """The real bindings; the caller still has to ``nvmlInit()`` (may raise)."""
+    return pynvml
