@@ -1,0 +1,26 @@
+"""An in-process Celery worker for the demo (in-memory transport, no Redis).
+
+The kombu ``memory://`` transport only works inside one process, so the demo runs the
+worker in a thread beside the ASGI server. Production runs real worker processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from celery.worker import WorkController
+
+from portal.celery import app
+
+log = logging.getLogger(__name__)
+
+
+def start_worker_thread() -> threading.Thread:
+    worker = WorkController(app=app, pool_cls="solo", concurrency=1, hostname="demo@localhost",
+                            without_heartbeat=True, without_mingle=True, without_gossip=True,
+                            loglevel="INFO")
+    thread = threading.Thread(target=worker.start, name="celery-inprocess", daemon=True)
+    thread.start()
+    log.info("in-process Celery worker started (broker %s)", app.conf.broker_url)
+    return thread

@@ -1,0 +1,143 @@
+"""GPU servers, their GPUs and HCA ports, and the InfiniBand fabric that joins them."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class Fabric(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    description = models.CharField(max_length=200, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Switch(models.Model):
+    class Role(models.TextChoices):
+        LEAF = "leaf", "Leaf"
+        SPINE = "spine", "Spine"
+        CORE = "core", "Core"
+
+    fabric = models.ForeignKey(Fabric, on_delete=models.CASCADE, related_name="switches")
+    guid = models.CharField(max_length=18, unique=True, help_text="Node GUID, 0x + 16 hex")
+    description = models.CharField(max_length=200, blank=True)
+    role = models.CharField(max_length=8, choices=Role.choices, default=Role.LEAF)
+    ports = models.PositiveSmallIntegerField(default=0)
+    lid = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["fabric", "role", "description"]
+        verbose_name_plural = "switches"
+
+    def __str__(self) -> str:
+        return self.description or self.guid
+
+
+class SwitchLink(models.Model):
+    """A cable between two switch ports (stored once, lower GUID first)."""
+
+    fabric = models.ForeignKey(Fabric, on_delete=models.CASCADE, related_name="links")
+    a = models.ForeignKey(Switch, on_delete=models.CASCADE, related_name="+")
+    a_port = models.PositiveSmallIntegerField()
+    b = models.ForeignKey(Switch, on_delete=models.CASCADE, related_name="+")
+    b_port = models.PositiveSmallIntegerField()
+    speed = models.CharField(max_length=16, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["a", "a_port"], name="switchlink_unique_a_port"),
+            models.UniqueConstraint(fields=["b", "b_port"], name="switchlink_unique_b_port"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.a}[{self.a_port}] <-> {self.b}[{self.b_port}]"
+
+
+class Node(models.Model):
+    class State(models.TextChoices):
+        READY = "ready", "Ready"
+        DRAINING = "draining", "Draining"
+        DRAINED = "drained", "Drained"
+        DOWN = "down", "Down"
+        MAINTENANCE = "maintenance", "Maintenance"
+
+    hostname = models.CharField(max_length=253, unique=True)
+    fabric = models.ForeignKey(Fabric, on_delete=models.SET_NULL, null=True, blank=True,
+                               related_name="nodes")
+    leaf = models.ForeignKey(Switch, on_delete=models.SET_NULL, null=True, blank=True,
+                             related_name="nodes", help_text="Leaf switch of its HCA ports")
+    state = models.CharField(max_length=16, choices=State.choices, default=State.READY,
+                             db_index=True)
+    cpu_milli = models.PositiveIntegerField(default=0)
+    memory_mib = models.PositiveBigIntegerField(default=0)
+    gpu_model = models.CharField(max_length=32, blank=True, db_index=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    agent_version = models.CharField(max_length=32, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["hostname"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(hostname=""), name="node_hostname_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return self.hostname
+
+
+class Gpu(models.Model):
+    class Health(models.TextChoices):
+        HEALTHY = "healthy", "Healthy"
+        DEGRADED = "degraded", "Degraded"
+        QUARANTINED = "quarantined", "Quarantined"
+        LOST = "lost", "Lost"
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=64, unique=True, help_text="NVML UUID, GPU-…")
+    pci_bus_id = models.CharField(max_length=32, blank=True)
+    model = models.CharField(max_length=32, db_index=True)
+    memory_mib = models.PositiveIntegerField(default=0)
+    nvlink_domain = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="GPUs with the same number share NVLink; empty: none")
+    health = models.CharField(max_length=16, choices=Health.choices, default=Health.HEALTHY)
+
+    class Meta:
+        ordering = ["node", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index_per_node"),
+        ]
+        verbose_name = "GPU"
+
+    def __str__(self) -> str:
+        return f"{self.node.hostname}/gpu{self.index}"
+
+
+class HcaPort(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="hca_ports", null=True,
+                             blank=True)
+    fabric = models.ForeignKey(Fabric, on_delete=models.CASCADE, related_name="hca_ports",
+                               null=True, blank=True)
+    device = models.CharField(max_length=32, blank=True, help_text="e.g. mlx5_0")
+    port_number = models.PositiveSmallIntegerField(default=1)
+    node_guid = models.CharField(max_length=18, blank=True)
+    port_guid = models.CharField(max_length=18, unique=True)
+    lid = models.PositiveIntegerField(null=True, blank=True)
+    rate = models.CharField(max_length=32, blank=True)
+    description = models.CharField(max_length=200, blank=True)
+    switch = models.ForeignKey(Switch, on_delete=models.SET_NULL, null=True, blank=True,
+                               related_name="hca_ports")
+    switch_port = models.PositiveSmallIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["node", "device", "port_number"]
+        verbose_name = "HCA port"
+
+    def __str__(self) -> str:
+        return f"{self.description or self.device} {self.port_guid}"

@@ -1,0 +1,42 @@
+"""Reads of the inventory. Staff see everything; tenants see availability only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+
+from portal.inventory.models import Fabric, Gpu, Node, Switch
+
+
+def node_list() -> QuerySet[Node]:
+    return (Node.objects.select_related("leaf", "fabric")
+            .annotate(gpu_count=Count("gpus")).order_by("hostname"))
+
+
+def gpu_list() -> QuerySet[Gpu]:
+    return Gpu.objects.select_related("node").order_by("node__hostname", "index")
+
+
+def switch_list() -> QuerySet[Switch]:
+    return Switch.objects.select_related("fabric").order_by("fabric__name", "role", "description")
+
+
+def fabric_list() -> QuerySet[Fabric]:
+    return Fabric.objects.annotate(switch_count=Count("switches", distinct=True),
+                                   node_count=Count("nodes", distinct=True))
+
+
+def schedulable_gpus() -> QuerySet[Gpu]:
+    return Gpu.objects.filter(node__state=Node.State.READY, health=Gpu.Health.HEALTHY)
+
+
+def capacity_by_model() -> list[dict[str, Any]]:
+    """Per GPU model: installed GPUs, schedulable ones (ready node, healthy GPU), nodes."""
+    rows = (Gpu.objects.values("model").annotate(
+        gpus_total=Count("id"),
+        gpus_schedulable=Count("id", filter=Q(node__state=Node.State.READY,
+                                              health=Gpu.Health.HEALTHY)),
+        nodes=Count("node", distinct=True),
+    ).order_by("model"))
+    return list(rows)

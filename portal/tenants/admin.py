@@ -1,0 +1,35 @@
+from django.contrib import admin
+
+from portal.tenants.models import ApiKey, Membership, Tenant
+
+
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+@admin.register(Tenant)
+class TenantAdmin(admin.ModelAdmin):
+    list_display = ("name", "slug", "status", "contact_email", "currency", "created")
+    list_filter = ("status", "currency")
+    search_fields = ("name", "slug", "contact_email")
+    prepopulated_fields = {"slug": ("name",)}
+    inlines = [MembershipInline]
+
+
+@admin.register(Membership)
+class MembershipAdmin(admin.ModelAdmin):
+    list_display = ("user", "tenant", "role", "created")
+    list_filter = ("role", "tenant")
+    search_fields = ("user__username", "user__email", "tenant__name")
+    autocomplete_fields = ["user", "tenant"]
+
+
+@admin.register(ApiKey)
+class ApiKeyAdmin(admin.ModelAdmin):
+    list_display = ("name", "prefix", "user", "tenant", "created", "expires_at", "revoked_at",
+                    "last_used_at")
+    list_filter = ("tenant",)
+    search_fields = ("name", "prefix", "user__username")
+    readonly_fields = ("prefix", "secret_hash", "created", "last_used_at")

@@ -1,0 +1,202 @@
+"""Every write to tenants, memberships and API keys (audited, atomic)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+from django.utils.text import slugify
+
+from portal.core.errors import ApplicationError, Conflict, NotFound, PermissionDenied
+from portal.core.services import audit_record, model_changes
+from portal.tenants.access import AnyUser, is_staff, require_role, role_in
+from portal.tenants.models import ApiKey, Membership, Role, Tenant
+
+API_KEY_PREFIX = "gpk"
+
+
+@transaction.atomic
+def tenant_create(*, actor: AnyUser | None, name: str, slug: str = "",
+                  contact_email: str = "", contact_name: str = "",
+                  currency: str = "USD") -> Tenant:
+    slug = slug or slugify(name)[:63]
+    if not slug:
+        raise ApplicationError("A slug is needed.", fields={"slug": ["This field is required."]})
+    if Tenant.objects.filter(slug=slug).exists():
+        raise ApplicationError("Slug taken.", fields={"slug": ["A tenant with this slug exists."]})
+    tenant = Tenant.objects.create(name=name, slug=slug, contact_email=contact_email,
+                                   contact_name=contact_name, currency=currency.upper())
+    audit_record(actor=actor, action="tenant.create", obj=tenant,
+                 changes={"name": name, "slug": slug})
+    return tenant
+
+
+TENANT_EDITABLE = ("name", "contact_email", "contact_name")
+
+
+@transaction.atomic
+def tenant_update(*, actor: AnyUser, tenant: Tenant, **values: Any) -> Tenant:
+    require_role(actor, tenant, Role.ADMIN)
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    before = {f: getattr(tenant, f) for f in TENANT_EDITABLE}
+    for field, value in values.items():
+        if field not in TENANT_EDITABLE:
+            raise ApplicationError("Not editable.", fields={field: ["This field is read-only."]})
+        setattr(tenant, field, value)
+    tenant.full_clean()
+    tenant.save()
+    audit_record(actor=actor, action="tenant.update", obj=tenant,
+                 changes=model_changes(tenant, list(TENANT_EDITABLE), before))
+    return tenant
+
+
+@transaction.atomic
+def tenant_set_status(*, actor: AnyUser, tenant: Tenant, status: str, reason: str = "") -> Tenant:
+    """Suspend or resume a tenant (staff only). A suspended tenant cannot order."""
+    if not is_staff(actor):
+        raise PermissionDenied("Only platform staff can suspend or resume tenants.")
+    if status not in Tenant.Status.values:
+        raise ApplicationError("Unknown status.", fields={"status": ["Unknown status."]})
+    tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
+    old = tenant.status
+    tenant.status = status
+    tenant.save(update_fields=["status"])
+    audit_record(actor=actor, action=f"tenant.{'suspend' if status == 'suspended' else 'resume'}",
+                 obj=tenant, changes={"status": [old, status], "reason": reason})
+    return tenant
+
+
+def _check_can_grant(actor: AnyUser, tenant: Tenant, role: str) -> None:
+    require_role(actor, tenant, Role.ADMIN)
+    if role not in Role.values:
+        raise ApplicationError("Unknown role.", fields={"role": [f"Choose one of {Role.values}."]})
+    if role == Role.OWNER and not (is_staff(actor) or role_in(actor, tenant) == Role.OWNER):
+        raise PermissionDenied("Only an owner can make owners.")
+
+
+@transaction.atomic
+def membership_add(*, actor: AnyUser, tenant: Tenant, username: str = "", email: str = "",
+                   role: str = Role.MEMBER) -> Membership:
+    _check_can_grant(actor, tenant, role)
+    user_model = get_user_model()
+    user = None
+    if username:
+        user = user_model.objects.filter(username=username).first()
+    elif email:
+        user = user_model.objects.filter(email__iexact=email).first()
+    if user is None:
+        field = "username" if username else "email"
+        raise ApplicationError("No such user.", fields={field: ["No user with this value."]})
+    try:
+        with transaction.atomic():
+            member = Membership.objects.create(tenant=tenant, user=user, role=role)
+    except IntegrityError as exc:
+        raise Conflict("Already a member.", fields={"username": ["Already a member."]}) from exc
+    audit_record(actor=actor, action="membership.create", obj=member, tenant=tenant,
+                 changes={"user": user.get_username(), "role": role})
+    return member
+
+
+def _owners_left_without(member: Membership) -> int:
+    return (Membership.objects.filter(tenant=member.tenant, role=Role.OWNER)
+            .exclude(pk=member.pk).count())
+
+
+@transaction.atomic
+def membership_change_role(*, actor: AnyUser, member: Membership, role: str) -> Membership:
+    _check_can_grant(actor, member.tenant, role)
+    member = Membership.objects.select_for_update().get(pk=member.pk)
+    if member.role == Role.OWNER and role != Role.OWNER:
+        if not (is_staff(actor) or role_in(actor, member.tenant) == Role.OWNER):
+            raise PermissionDenied("Only an owner can demote an owner.")
+        if _owners_left_without(member) == 0:
+            raise ApplicationError("A tenant keeps at least one owner.",
+                                   fields={"role": ["This is the last owner."]})
+    old = member.role
+    member.role = role
+    member.save(update_fields=["role"])
+    audit_record(actor=actor, action="membership.update", obj=member, tenant=member.tenant,
+                 changes={"role": [old, role]})
+    return member
+
+
+@transaction.atomic
+def membership_remove(*, actor: AnyUser, member: Membership) -> None:
+    require_role(actor, member.tenant, Role.ADMIN)
+    if member.role == Role.OWNER:
+        if not (is_staff(actor) or role_in(actor, member.tenant) == Role.OWNER):
+            raise PermissionDenied("Only an owner can remove an owner.")
+        if _owners_left_without(member) == 0:
+            raise ApplicationError("A tenant keeps at least one owner.",
+                                   fields={"role": ["This is the last owner."]})
+    audit_record(actor=actor, action="membership.delete", obj=member, tenant=member.tenant,
+                 changes={"user": member.user.get_username(), "role": member.role})
+    member.delete()
+
+
+@dataclass(frozen=True)
+class IssuedKey:
+    key: ApiKey
+    secret: str  # shown once, never stored
+
+
+def hash_secret(secret: str) -> str:
+    """Keys are 256-bit random secrets, so a plain SHA-256 is a sound at-rest hash."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@transaction.atomic
+def api_key_create(*, actor: AnyUser, name: str, tenant: Tenant | None,
+                   expires_at: datetime | None = None) -> IssuedKey:
+    if not actor.is_authenticated:
+        raise PermissionDenied("Sign in first.")
+    if tenant is not None:
+        require_role(actor, tenant, Role.VIEWER)
+    elif not is_staff(actor):
+        raise ApplicationError("Pick a tenant.", fields={"tenant": ["This field is required."]})
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ApplicationError("Expiry in the past.",
+                               fields={"expires_at": ["Must be in the future."]})
+    prefix = secrets.token_hex(6)
+    secret = f"{API_KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    key = ApiKey.objects.create(user=actor, tenant=tenant, name=name, prefix=prefix,
+                                secret_hash=hash_secret(secret), expires_at=expires_at)
+    audit_record(actor=actor, action="apikey.create", obj=key, tenant=tenant,
+                 changes={"name": name, "prefix": prefix})
+    return IssuedKey(key=key, secret=secret)
+
+
+@transaction.atomic
+def api_key_revoke(*, actor: AnyUser, key: ApiKey) -> ApiKey:
+    if key.user_id != getattr(actor, "pk", None) and not is_staff(actor):
+        if key.tenant is None:
+            raise NotFound("No such key.")
+        require_role(actor, key.tenant, Role.ADMIN)
+    key = ApiKey.objects.select_for_update().get(pk=key.pk)
+    if key.revoked_at is None:
+        key.revoked_at = timezone.now()
+        key.save(update_fields=["revoked_at"])
+        audit_record(actor=actor, action="apikey.revoke", obj=key, tenant=key.tenant)
+    return key
+
+
+def api_key_authenticate(raw: str) -> ApiKey | None:
+    """The live key matching ``raw`` (constant-time compare), recording its last use."""
+    parts = raw.split("_", 2)
+    if len(parts) != 3 or parts[0] != API_KEY_PREFIX:
+        return None
+    key = ApiKey.objects.select_related("user", "tenant").filter(prefix=parts[1]).first()
+    if key is None or not secrets.compare_digest(key.secret_hash, hash_secret(raw)):
+        return None
+    now = timezone.now()
+    if key.revoked_at is not None or (key.expires_at is not None and key.expires_at <= now):
+        return None
+    if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
+        ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
+    return key
