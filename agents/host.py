@@ -1,0 +1,75 @@
+"""Host facts from an injectable procfs root (``--proc-root``, default ``/proc``)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class HostSample:
+    hostname: str
+    cpus: int | None = None
+    memory_total_bytes: int | None = None
+    memory_available_bytes: int | None = None
+    kernel: str | None = None
+    uptime_s: float | None = None
+    load1: float | None = None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+class HostCollector:
+    def __init__(self, proc_root: Path | str = "/proc", hostname: str | None = None) -> None:
+        self.proc = Path(proc_root)
+        self.hostname = hostname
+
+    def collect(self) -> HostSample:
+        p = self.proc
+        host = HostSample(
+            hostname=self.hostname or _read(p / "sys/kernel/hostname") or socket.gethostname()
+        )
+        host.kernel = _read(p / "sys/kernel/osrelease")
+        cpuinfo = _read(p / "cpuinfo")
+        if cpuinfo is not None:
+            host.cpus = sum(1 for line in cpuinfo.splitlines() if line.startswith("processor"))
+        meminfo = _read(p / "meminfo") or ""
+        for line in meminfo.splitlines():
+            key, _, rest = line.partition(":")
+            fields = rest.split()
+            if not fields or not fields[0].isdigit():
+                continue
+            value = int(fields[0]) * (1024 if fields[1:] == ["kB"] else 1)
+            if key == "MemTotal":
+                host.memory_total_bytes = value
+            elif key == "MemAvailable":
+                host.memory_available_bytes = value
+        uptime = _read(p / "uptime")
+        if uptime:
+            host.uptime_s = float(uptime.split()[0])
+        loadavg = _read(p / "loadavg")
+        if loadavg:
+            host.load1 = float(loadavg.split()[0])
+        return host
+
+
+def write_fake_proc(root: Path, hostname: str, cpus: int = 64, mem_gib: int = 2048) -> None:
+    """A minimal fake procfs for tests and the simulator."""
+    (root / "sys/kernel").mkdir(parents=True, exist_ok=True)
+    (root / "sys/kernel/hostname").write_text(hostname + "\n")
+    (root / "sys/kernel/osrelease").write_text("6.1.0-18-amd64\n")
+    (root / "cpuinfo").write_text(
+        "".join(f"processor\t: {i}\nmodel name\t: Fake CPU\n\n" for i in range(cpus))
+    )
+    kb = mem_gib * 1024 * 1024
+    (root / "meminfo").write_text(
+        f"MemTotal:       {kb} kB\nMemFree:        {kb // 2} kB\nMemAvailable:   {kb // 2} kB\n"
+    )
+    (root / "uptime").write_text("12345.67 98765.43\n")
+    (root / "loadavg").write_text("0.50 0.40 0.30 1/234 5678\n")
