@@ -1,0 +1,72 @@
+"""Finding and committing a placement for one request on a working :class:`ClusterState`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.cluster import Choice, ClusterState
+from scheduler.gang import select_gang
+from scheduler.model import Locality, LocalityLevel, NodeAllocation, Request, Topology
+from scheduler.nodestate import NvlinkNeed, Shape, apply
+
+
+@dataclass(frozen=True)
+class Found:
+    choices: tuple[Choice, ...]
+    hops: int
+
+
+def shape_of(request: Request, models: frozenset[str] | None = None,
+             relax: bool = False) -> Shape:
+    """Per-node shape of a request; ``relax`` drops a required NVLink locality."""
+    loc = request.locality
+    nvlink = NvlinkNeed.NONE
+    if not relax and loc is not None and loc.required and loc.level == LocalityLevel.NVLINK:
+        nvlink = NvlinkNeed.REQUIRED
+    return Shape(
+        models=request.models if models is None else models,
+        gpus=request.gpus,
+        milli=request.gpu_milli,
+        cpu=request.cpu_milli,
+        mem=request.memory_mib,
+        nvlink=nvlink,
+    )
+
+
+def gang_locality(request: Request, relax: bool) -> Locality | None:
+    loc = request.locality
+    if relax and loc is not None:
+        return Locality(loc.level, required=False, max_hops=loc.max_hops)
+    return loc if loc is not None else Locality(LocalityLevel.LEAF)
+
+
+def find(state: ClusterState, request: Request, shape: Shape, topology: Topology,
+         relax: bool = False) -> Found | None:
+    """Best nodes for the request in the current state, without changing it."""
+    if request.nodes == 1:
+        choice = state.best(shape)
+        return Found((choice,), 0) if choice is not None else None
+    names = [n.name for n in state.nodes]
+    picked = select_gang(state.feasible_nodes(shape), request.nodes, names, topology,
+                         gang_locality(request, relax))
+    if picked is None:
+        return None
+    choices, hops = picked
+    return Found(tuple(sorted(choices, key=lambda c: c.node)), hops)
+
+
+def commit(state: ClusterState, shape: Shape, found: Found) -> tuple[NodeAllocation, ...]:
+    return tuple(state.place(c.node, shape, c.option) for c in found.choices)
+
+
+def breakdown(state: ClusterState, shape: Shape, found: Found) -> dict[str, float]:
+    """Sum of each scorer over the chosen nodes (computed before commit) plus hops."""
+    out: dict[str, float] = {}
+    for c in found.choices:
+        key = state.keys[c.node]
+        parts = state.policy.explain(state.ctx, key, shape, c.option,
+                                     apply(key, shape, c.option))
+        for name, value in parts.items():
+            out[name] = round(out.get(name, 0.0) + value, 6)
+    out["hops"] = float(found.hops)
+    return out

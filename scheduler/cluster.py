@@ -1,0 +1,217 @@
+"""Mutable working copy of free capacity, private to one pass (or one replay).
+
+Placing a single-node shape is a heap lookup: each shape seen keeps a heap of
+``(cost, node_index, version, option)``. When a node changes it is appended to a change
+log; a shape's heap catches up lazily with the nodes changed since it was last used.
+Evaluations are memoised by node *state key*, so identical nodes cost one evaluation
+(equivalence classes), and ties go to the lowest node index (node order).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from scheduler.model import MILLI, Node, NodeAllocation, NodeState
+from scheduler.nodestate import NodeKey, Option, Shape, apply, make_key, options
+from scheduler.policy import Cost, Policy
+from scheduler.scores import ScoreContext
+
+Eval = tuple[Cost, Option] | None
+Entry = tuple[Cost, int, int, Option]
+
+_MEMO_LIMIT = 300_000
+
+
+@dataclass
+class _ShapeHeap:
+    heap: list[Entry]
+    seen: int  # position in the change log already applied
+
+
+@dataclass(frozen=True)
+class Choice:
+    node: int
+    cost: Cost
+    option: Option
+
+
+class ClusterState:
+    def __init__(self, nodes: Sequence[Node], policy: Policy, ctx: ScoreContext) -> None:
+        self.policy = policy
+        self.ctx = ctx
+        self.nodes = tuple(nodes)
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.ready = [n.state == NodeState.READY for n in self.nodes]
+        self.cpu_free = [n.cpu_milli for n in self.nodes]
+        self.mem_free = [n.memory_mib for n in self.nodes]
+        self.gpu_free: list[dict[int, int]] = [
+            {g.index: MILLI for g in n.gpus if g.healthy} for n in self.nodes
+        ]
+        self.domains: list[list[list[int]]] = [self._domains_of(n) for n in self.nodes]
+        self.version = [0] * len(self.nodes)
+        self.keys: list[NodeKey] = []
+        self.order: list[list[int]] = []
+        for i in range(len(self.nodes)):
+            key, order = self._make_key(i)
+            self.keys.append(key)
+            self.order.append(order)
+        self.changes: list[int] = []
+        self.heaps: dict[Shape, _ShapeHeap] = {}
+        self.memo: dict[tuple[NodeKey, Shape], Eval] = {}
+
+    @staticmethod
+    def _domains_of(node: Node) -> list[list[int]]:
+        by_domain: dict[int, list[int]] = {}
+        for g in node.gpus:
+            if g.healthy:
+                by_domain.setdefault(g.nvlink_domain, []).append(g.index)
+        return [sorted(by_domain[d]) for d in sorted(by_domain)]
+
+    def _make_key(self, i: int) -> tuple[NodeKey, list[int]]:
+        n, free = self.nodes[i], self.gpu_free[i]
+        doms = [[free[g] for g in dom] for dom in self.domains[i]]
+        return make_key(n.model, n.cpu_milli, n.memory_mib, self.cpu_free[i],
+                        self.mem_free[i], doms)
+
+    # ----------------------------------------------------------------- evaluation
+    def evaluate(self, key: NodeKey, shape: Shape) -> Eval:
+        """Best (cost, option) for ``shape`` on a node in state ``key``; memoised."""
+        mkey = (key, shape)
+        if mkey in self.memo:
+            return self.memo[mkey]
+        best: Eval = None
+        for opt in options(key, shape):
+            cost = self.policy.cost(self.ctx, key, shape, opt, apply(key, shape, opt))
+            if best is None or cost < best[0]:
+                best = (cost, opt)
+        if len(self.memo) > _MEMO_LIMIT:
+            self.memo.clear()
+        self.memo[mkey] = best
+        return best
+
+    def eval_node(self, i: int, shape: Shape) -> Eval:
+        return self.evaluate(self.keys[i], shape) if self.ready[i] else None
+
+    def _heap_for(self, shape: Shape) -> list[Entry]:
+        sh = self.heaps.get(shape)
+        if sh is None or len(sh.heap) > 4 * len(self.nodes) + 64:
+            entries = self._entries(range(len(self.nodes)), shape)
+            heapq.heapify(entries)
+            sh = _ShapeHeap(entries, len(self.changes))
+            self.heaps[shape] = sh
+        elif sh.seen < len(self.changes):
+            pending = dict.fromkeys(self.changes[sh.seen:])
+            for entry in self._entries(pending, shape):
+                heapq.heappush(sh.heap, entry)
+            sh.seen = len(self.changes)
+        return sh.heap
+
+    def _entries(self, idx: Iterable[int], shape: Shape) -> list[Entry]:
+        out: list[Entry] = []
+        for i in idx:
+            ev = self.eval_node(i, shape)
+            if ev is not None:
+                out.append((ev[0], i, self.version[i], ev[1]))
+        return out
+
+    def best(self, shape: Shape, allowed: Sequence[bool] | None = None) -> Choice | None:
+        """The lowest-cost node for ``shape`` (optionally among ``allowed`` nodes)."""
+        heap = self._heap_for(shape)
+        skipped: list[Entry] = []
+        found: Choice | None = None
+        while heap:
+            cost, i, ver, opt = heap[0]
+            if ver != self.version[i]:
+                heapq.heappop(heap)
+                continue
+            if allowed is not None and not allowed[i]:
+                skipped.append(heapq.heappop(heap))
+                continue
+            found = Choice(i, cost, opt)
+            break
+        for entry in skipped:
+            heapq.heappush(heap, entry)
+        return found
+
+    def feasible_nodes(self, shape: Shape) -> list[Choice]:
+        """Every node that can host ``shape`` now, in node order."""
+        out = []
+        for i in range(len(self.nodes)):
+            ev = self.eval_node(i, shape)
+            if ev is not None:
+                out.append(Choice(i, ev[0], ev[1]))
+        return out
+
+    # ----------------------------------------------------------------- mutation
+    def gpus_for(self, i: int, shape: Shape, option: Option) -> tuple[tuple[int, int], ...]:
+        """Concrete ``(gpu_index, milli)`` pairs for an option on node ``i``."""
+        free = self.gpu_free[i]
+        out: list[tuple[int, int]] = []
+        for pos, value in option:
+            dom = self.domains[i][self.order[i][pos]]
+            if shape.fractional:
+                gpu = next(g for g in dom if free[g] == value)
+                out.append((gpu, shape.milli))
+            else:
+                idle = [g for g in dom if free[g] == MILLI][:value]
+                out.extend((g, MILLI) for g in idle)
+        return tuple(sorted(out))
+
+    def place(self, i: int, shape: Shape, option: Option) -> NodeAllocation:
+        alloc = NodeAllocation(self.nodes[i].name, self.gpus_for(i, shape, option),
+                               shape.cpu, shape.mem)
+        self.consume(alloc)
+        return alloc
+
+    def consume(self, alloc: NodeAllocation, sign: int = 1) -> None:
+        """Take (``sign=1``) or give back (``sign=-1``) an allocation's resources.
+
+        GPUs that are not present (unhealthy, unknown) are ignored: their capacity is
+        already excluded.
+        """
+        i = self.index.get(alloc.node)
+        if i is None:
+            return
+        free = self.gpu_free[i]
+        for gpu, milli in alloc.gpus:
+            if gpu in free:
+                free[gpu] -= sign * milli
+        self.cpu_free[i] -= sign * alloc.cpu_milli
+        self.mem_free[i] -= sign * alloc.memory_mib
+        self._touch(i)
+
+    def release(self, alloc: NodeAllocation) -> None:
+        self.consume(alloc, -1)
+
+    def set_ready(self, i: int, ready: bool) -> None:
+        self.ready[i] = ready
+        self._touch(i)
+
+    def _touch(self, i: int) -> None:
+        self.version[i] += 1
+        self.keys[i], self.order[i] = self._make_key(i)
+        self.changes.append(i)
+
+    # ----------------------------------------------------------------- metrics
+    def fits_now(self, alloc: NodeAllocation) -> bool:
+        """True if ``alloc`` could be taken without over-committing anything."""
+        i = self.index.get(alloc.node)
+        if i is None:
+            return False
+        free = self.gpu_free[i]
+        return (all(g in free and free[g] >= m for g, m in alloc.gpus)
+                and self.cpu_free[i] >= alloc.cpu_milli
+                and self.mem_free[i] >= alloc.memory_mib)
+
+    def free_milli(self, models: frozenset[str] = frozenset()) -> int:
+        return sum(
+            sum(self.gpu_free[i].values()) for i in range(len(self.nodes))
+            if self.ready[i] and (not models or self.nodes[i].model in models)
+        )
+
+    def fragmentation(self) -> float:
+        """Cluster fragmentation (GPU milli) against the policy context's task mix."""
+        return sum(self.ctx.frag.frag(self.keys[i])
+                   for i in range(len(self.nodes)) if self.ready[i])

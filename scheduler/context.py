@@ -1,0 +1,40 @@
+"""Building the scoring context (task mix, cluster maxima) for a snapshot."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from scheduler.frag import FragModel, typical_task_mix
+from scheduler.model import MILLI, Lease, Request, Snapshot, TaskType
+from scheduler.scores import ScoreContext
+
+DEFAULT_MIX = (TaskType(0, MILLI, 1, frozenset(), 1.0),)
+
+
+def _lease_task(lease: Lease) -> tuple[int, int, int, frozenset[str]]:
+    part = lease.parts[0]
+    milli = part.gpus[0][1] if part.gpus else 0
+    return (part.cpu_milli, milli, len(part.gpus), frozenset())
+
+
+def derive_task_mix(snapshot: Snapshot, queue: Sequence[Request]) -> tuple[TaskType, ...]:
+    """The snapshot's explicit mix, else the mix of queued requests and current leases."""
+    if snapshot.task_mix:
+        return snapshot.task_mix
+    tasks = [(r.cpu_milli, r.gpu_milli if r.gpus else 0, r.gpus, r.models) for r in queue]
+    tasks += [_lease_task(le) for le in snapshot.leases if le.parts]
+    return typical_task_mix(tasks) or DEFAULT_MIX
+
+
+def score_context(snapshot: Snapshot, queue: Sequence[Request]) -> ScoreContext:
+    mix = derive_task_mix(snapshot, queue)
+    demand: dict[str, float] = {}
+    for node in snapshot.nodes:
+        demand.setdefault(node.model, sum(t.weight for t in mix
+                                          if t.models and node.model in t.models))
+    return ScoreContext(
+        frag=FragModel(mix),
+        max_cpu=max((n.cpu_milli for n in snapshot.nodes), default=1) or 1,
+        max_gpus=max((len(n.gpus) for n in snapshot.nodes), default=1) or 1,
+        model_demand=demand,
+    )

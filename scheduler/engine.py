@@ -1,0 +1,180 @@
+"""The public entry points: ``schedule_pass`` and ``quote``.
+
+One pass builds a private working state from the snapshot, orders the queue (priority,
+fair share, age) and decides each request in turn, so later requests see earlier
+placements. Nothing here reads a clock or does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+
+from scheduler.attempt import Found, breakdown, commit, find, shape_of
+from scheduler.cluster import ClusterState
+from scheduler.context import score_context
+from scheduler.decisions import Decision, PassResult, Placement, Quote, Reason, Unplaceable
+from scheduler.fairshare import decayed_usage, order_queue
+from scheduler.model import Lease, Request, Snapshot
+from scheduler.nodestate import Shape
+from scheduler.policy import get_policy
+from scheduler.preempt import find_with_victims, reclaimable
+from scheduler.quota import Admission, QuotaLedger
+from scheduler.windows import earliest_start, window_state
+
+
+def effective(request: Request, now: int) -> Request:
+    """A request whose start has passed starts now and keeps its duration."""
+    if request.start >= now:
+        return request
+    end = None if request.end is None else request.end + (now - request.start)
+    return replace(request, start=now, end=end)
+
+
+class _Pass:
+    def __init__(self, snapshot: Snapshot, queue: Sequence[Request], now: int,
+                 policy: str | None) -> None:
+        self.snapshot, self.now = snapshot, now
+        self.policy = get_policy(policy)
+        self.ctx = score_context(snapshot, queue)
+        self.committed: list[Lease] = list(snapshot.leases)
+        self.active = {le.id: le for le in snapshot.leases if le.overlaps(now, now + 1)}
+        self.future = [le for le in snapshot.leases if le.start > now]
+        self.base = self._state(self.active.values())
+        self.ledger = QuotaLedger(self.active.values())
+        self.models = sorted({n.model for n in snapshot.nodes if n.model})
+        self._initial: ClusterState | None = None
+        self._empty: ClusterState | None = None
+
+    def _state(self, leases: Iterable[Lease]) -> ClusterState:
+        state = ClusterState(self.snapshot.nodes, self.policy, self.ctx)
+        for lease in leases:
+            for part in lease.parts:
+                state.consume(part)
+        return state
+
+    def decide(self, request: Request, want_earliest: bool) -> Decision:
+        req = effective(request, self.now)
+        quota = self.snapshot.quotas.get(req.tenant)
+        adm = self.ledger.admit(req, quota, self.models)
+        if adm.reason is not None:
+            return Unplaceable(req.id, adm.reason, "tenant quota")
+        shape = shape_of(req, adm.models if quota is not None else None)
+        if req.start > self.now:
+            return self._reserve(req, shape, adm, want_earliest)
+        overlay = [le for le in self.future if le.overlaps(req.start, req.end)]
+        self._apply(overlay, 1)
+        decision = self._place_now(req, shape, adm)
+        self._apply(overlay, -1)
+        if decision is not None:
+            return decision
+        return self._explain(req, shape, adm, want_earliest)
+
+    def _apply(self, leases: Sequence[Lease], sign: int) -> None:
+        for lease in leases:
+            for part in lease.parts:
+                self.base.consume(part, sign)
+
+    def _place_now(self, req: Request, shape: Shape, adm: Admission) -> Placement | None:
+        found = find(self.base, req, shape, self.snapshot.topology)
+        victims: tuple[Lease, ...] = ()
+        if found is None:
+            guaranteed = bool(adm.guaranteed)
+            cands = reclaimable(list(self.active.values()), req, guaranteed)
+            pshape = replace(shape, models=adm.guaranteed) if guaranteed else shape
+            pre = find_with_victims(self.base, req, pshape, self.snapshot.topology, cands)
+            if pre is None:
+                return None
+            found, victims, shape = pre.found, pre.victims, pshape
+            for v in victims:
+                self.active.pop(v.id, None)
+                self.committed = [le for le in self.committed if le.id != v.id]
+                self.ledger.add(v.tenant, v.model, -v.milli)
+        return self._commit(self.base, req, shape, adm, found, victims)
+
+    def _commit(self, state: ClusterState, req: Request, shape: Shape, adm: Admission,
+                found: Found, victims: tuple[Lease, ...] = ()) -> Placement:
+        score = breakdown(state, shape, found)
+        parts = commit(state, shape, found)
+        model = state.nodes[found.choices[0].node].model
+        borrowed = req.tenant in self.snapshot.quotas and model not in adm.guaranteed
+        lease = Lease(req.id, req.tenant, req.priority, parts, req.start, req.end,
+                      borrowed, model)
+        self.committed.append(lease)
+        if req.start > self.now:
+            self.future.append(lease)
+        else:
+            self.active[lease.id] = lease
+            self.ledger.add(req.tenant, model, lease.milli)
+        return Placement(req.id, parts, req.start, req.end, model, borrowed,
+                         tuple(v.id for v in victims), score)
+
+    def _reserve(self, req: Request, shape: Shape, adm: Admission,
+                 want_earliest: bool) -> Decision:
+        state = window_state(self.snapshot.nodes, self.policy, self.ctx, self.committed,
+                             req.start, req.end)
+        found = find(state, req, shape, self.snapshot.topology)
+        if found is not None:
+            return self._commit(state, req, shape, adm, found)
+        when = self._earliest(req, shape) if want_earliest else None
+        return Unplaceable(req.id, Reason.RESERVED, "window is booked", when)
+
+    def _earliest(self, req: Request, shape: Shape) -> int | None:
+        return earliest_start(self.snapshot.nodes, self.snapshot.topology, self.policy,
+                              self.ctx, self.committed, req, req.start, shape.models)
+
+    def _explain(self, req: Request, shape: Shape, adm: Admission,
+                 want_earliest: bool) -> Unplaceable:
+        reason, detail = self._reason(req, shape)
+        when = None
+        if want_earliest and reason not in (Reason.NO_MATCHING_GPUS, Reason.TOPOLOGY):
+            when = self._earliest(req, shape)
+        return Unplaceable(req.id, reason, detail, when)
+
+    def _reason(self, req: Request, shape: Shape) -> tuple[Reason, str]:
+        topo = self.snapshot.topology
+        if self._empty is None:
+            self._empty = self._state(())
+        if find(self._empty, req, shape, topo) is None:
+            if find(self._empty, req, shape_of(req, shape.models, True), topo, True):
+                return Reason.TOPOLOGY, "required locality can never be met"
+            return Reason.NO_MATCHING_GPUS, "no node set of an allowed model holds it"
+        if find(self.base, req, shape_of(req, shape.models, True), topo, True) and \
+                find(self.base, req, shape, topo) is None:
+            return Reason.TOPOLOGY, "free GPUs exist but not with the required locality"
+        if find(self.base, req, shape, topo) is not None:
+            return Reason.RESERVED, "free GPUs are held by an advance reservation"
+        if self._initial is None:
+            self._initial = self._state(
+                le for le in self.snapshot.leases if le.overlaps(self.now, self.now + 1))
+        if find(self._initial, req, shape, topo) is not None:
+            return Reason.PRIORITY, "capacity went to requests ahead in the queue"
+        if self.base.free_milli(shape.models) >= req.total_milli:
+            return Reason.FRAGMENTATION, "enough free GPU in total, but scattered"
+        return Reason.INSUFFICIENT_CAPACITY, "not enough free GPUs"
+
+
+def schedule_pass(snapshot: Snapshot, queue: Sequence[Request], now: int,
+                  policy: str | None = None, *, earliest_start_limit: int = 32,
+                  ) -> PassResult:
+    """Decide every queued request (in queue order); the first ``earliest_start_limit``
+    unplaceable ones also get an earliest start from the calendar."""
+    run = _Pass(snapshot, queue, now, policy)
+    usage = decayed_usage(snapshot.usage, now, snapshot.fair_share)
+    decisions: list[Decision] = []
+    budget = earliest_start_limit
+    for request in order_queue(queue, usage, snapshot.quotas):
+        decision = run.decide(request, budget > 0)
+        if isinstance(decision, Unplaceable):
+            budget -= 1
+        decisions.append(decision)
+    return PassResult(tuple(decisions))
+
+
+def quote(snapshot: Snapshot, request: Request, now: int,
+          policy: str | None = None) -> Quote:
+    """Preview one request against the snapshot (nothing is committed anywhere)."""
+    decision = _Pass(snapshot, [request], now, policy).decide(request, True)
+    if isinstance(decision, Placement):
+        return Quote(True, None, decision.start, decision)
+    return Quote(False, decision.reason, decision.earliest_start, None)

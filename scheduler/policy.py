@@ -1,0 +1,76 @@
+"""Named placement policies: lexicographic tiers of weighted score plugins.
+
+A policy's cost for an option is a tuple, one entry per tier (each a weighted sum of
+scorers, rounded so that float noise does not break ties); the lowest tuple wins and
+remaining ties go to the lowest node index (node order).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from scheduler.nodestate import NodeKey, Option, Shape
+from scheduler.scores import SCORERS, ScoreContext
+
+Tier = tuple[tuple[str, float], ...]
+Cost = tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    tiers: tuple[Tier, ...]
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        for tier in self.tiers:
+            for scorer, _ in tier:
+                if scorer not in SCORERS:
+                    raise ValueError(f"policy {self.name}: unknown scorer {scorer}")
+
+    def cost(
+        self, ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey,
+    ) -> Cost:
+        return tuple(
+            round(sum(w * SCORERS[s](ctx, key, shape, opt, new) for s, w in tier), 6)
+            for tier in self.tiers
+        )
+
+    def explain(
+        self, ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey,
+    ) -> dict[str, float]:
+        """Raw value of every scorer the policy uses (the placement's score breakdown)."""
+        return {
+            s: round(SCORERS[s](ctx, key, shape, opt, new), 6)
+            for tier in self.tiers for s, _ in tier
+        }
+
+
+LOCALITY: Tier = (("locality", 1.0),)
+
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        Policy("bestfit", (LOCALITY, (("bestfit", 1.0),)),
+               "Least CPU+GPU left after placement (the paper's BestFit)."),
+        Policy("packing", (LOCALITY, (("packing", 1.0),)),
+               "Prefer busy nodes and GPUs; keep idle GPUs idle (GpuPacking)."),
+        Policy("fgd", (LOCALITY, (("fgd", 1.0),)),
+               "Fragmentation gradient descent (ATC'23), continuous scores."),
+        Policy("fgd_q", (LOCALITY, (("fgd_q", 1.0),)), "quantized"),
+        Policy("fgd_q2", (LOCALITY, (("fgd_q", 1.0),), (("fgd", 1.0),)), "quantized"),
+        Policy("fgd+", (LOCALITY, (("fgd", 1.0),), (("gpu_left", 1.0),),
+                        (("bestfit", 1.0),)),
+               "FGD, then pack partly used GPUs, then best fit."),
+    )
+}
+
+DEFAULT_POLICY = "fgd+"
+
+
+def get_policy(name: str | None = None) -> Policy:
+    """Look a policy up by name (``None``: the default, the project's best)."""
+    try:
+        return POLICIES[name or DEFAULT_POLICY]
+    except KeyError:
+        raise ValueError(f"unknown policy {name!r}; known: {sorted(POLICIES)}") from None

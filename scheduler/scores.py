@@ -1,0 +1,86 @@
+"""Score plugins. Each returns a *cost* for placing a shape on a node state: lower is better.
+
+A scorer sees the node key before and after placement and the option (which GPUs), and
+a shared read-only :class:`ScoreContext`. Scorers are pure, so results are memoised by
+node state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from scheduler.frag import FragModel
+from scheduler.model import MILLI
+from scheduler.nodestate import NodeKey, Option, Shape, domains_spanned, idle_gpus, total_free
+
+
+@dataclass(frozen=True)
+class ScoreContext:
+    frag: FragModel
+    max_cpu: int = 1
+    max_gpus: int = 1
+    # Share of the task mix that can run on each model (rarely usable models are kept
+    # for the tasks that need them).
+    model_demand: Mapping[str, float] = field(default_factory=dict)
+
+
+Scorer = Callable[[ScoreContext, NodeKey, Shape, Option, NodeKey], float]
+
+
+def bestfit(ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey) -> float:
+    """Least resources left after placement (CPU and GPU, equally weighted)."""
+    cpu_left = new[3] / ctx.max_cpu
+    gpu_left = total_free(new) / (ctx.max_gpus * MILLI)
+    return 0.5 * cpu_left + 0.5 * gpu_left
+
+
+def packing(ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey) -> float:
+    """Keep idle GPUs idle: prefer nodes (and GPUs) already in use."""
+    return idle_gpus(new) + total_free(new) / (ctx.max_gpus * MILLI + 1)
+
+
+def fgd(ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey) -> float:
+    """Growth of expected fragmentation (FGD), in GPU milli."""
+    return ctx.frag.frag(new) - ctx.frag.frag(key)
+
+
+def locality(ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey) -> float:
+    """NVLink domains spanned beyond the first (0 when the GPUs share one domain)."""
+    return float(max(0, domains_spanned(opt) - 1))
+
+
+def gpu_left(ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey) -> float:
+    """Free milli left on the chosen GPU (fractional) — pack partly used GPUs first."""
+    if not shape.fractional or not opt:
+        return 0.0
+    return float(opt[0][1] - shape.milli)
+
+
+def model_scarcity(
+    ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey,
+) -> float:
+    """Demand for this node's model from the task mix (spend common models first)."""
+    return ctx.model_demand.get(key[0], 0.0)
+
+
+SCORERS: dict[str, Scorer] = {
+    "bestfit": bestfit,
+    "packing": packing,
+    "fgd": fgd,
+    "locality": locality,
+    "gpu_left": gpu_left,
+    "model_scarcity": model_scarcity,
+}
+
+
+def fgd_quantized(
+    ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey,
+) -> float:
+    """FGD as the reference simulator scores it: sigmoid to 0..100, truncated."""
+    import math
+    delta = (ctx.frag.frag(key) - ctx.frag.frag(new)) / 1000
+    return -float(int(100 / (1 + math.exp(-delta))))
+
+
+SCORERS["fgd_q"] = fgd_quantized
