@@ -1,0 +1,1 @@
+"""Node role: applies desired state (partitions check, IPoIB children, access grants)."""

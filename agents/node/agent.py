@@ -1,0 +1,209 @@
+"""The node agent's main loop, driven by ``tick(now)`` so that tests can run a simulated
+clock (no real sleeping): sample -> spool a report -> flush the spool in order with
+backoff -> fetch and apply desired state when the portal says there is a newer one."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from agents import __version__, protocol
+from agents.client.backoff import Backoff
+from agents.client.portal import Credential, PortalClient, PortalError
+from agents.client.spool import DiskSpool, atomic_write
+from agents.node.apply import NodeApplier
+from agents.telemetry import Sampler, to_wire
+
+log = logging.getLogger("agents.node")
+
+
+@dataclass
+class AgentSettings:
+    state_dir: Path
+    bootstrap_token: str | None = None
+    role: str = "node"
+    sample_interval_s: float = 10.0
+    report_interval_s: float = 10.0
+    max_spooled_reports: int = 10_000
+    long_poll_s: int = 30
+    fsync: bool = True
+
+
+class NodeAgent:
+    def __init__(
+        self, settings: AgentSettings, client: PortalClient, sampler: Sampler,
+        applier: NodeApplier | Any, clock: Callable[[], float] = time.monotonic,
+        backoff: Backoff | None = None, wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.s, self.client, self.sampler, self.applier = settings, client, sampler, applier
+        self.clock, self.wall = clock, wall
+        self.backoff = backoff or Backoff()
+        self.spool = DiskSpool(settings.state_dir / "spool", settings.max_spooled_reports,
+                               fsync=settings.fsync)  # fmt: skip
+        self.pending: list[dict[str, Any]] = []
+        self.rejected = 0
+        self.sent = 0
+        self.wake = threading.Event()
+        now = clock()
+        self.next_sample = self.next_report = self.next_send = now
+        self.desired_generation = 0
+        self.on_sample: Callable[[Any], None] | None = None
+        self._load_credential()
+
+    # --- enrolment -----------------------------------------------------------------
+    @property
+    def _cred_path(self) -> Path:
+        return self.s.state_dir / "credential.json"
+
+    def _load_credential(self) -> None:
+        try:
+            data = json.loads(self._cred_path.read_text())
+            self.client.credential = Credential(data["node_id"], data["credential"])
+        except (OSError, ValueError, KeyError):
+            pass
+
+    def _save_credential(self, cred: Credential) -> None:
+        self.s.state_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(self._cred_path, json.dumps(cred.__dict__), 0o600)
+
+    def enrolled(self) -> bool:
+        return self.client.credential is not None
+
+    def enrol(self, inventory: dict[str, Any] | None = None) -> None:
+        if not self.s.bootstrap_token:
+            raise PortalError(None, "no_bootstrap_token", "not enrolled and no bootstrap token")
+        sample = self.sampler.sample()
+        request: protocol.EnrolRequest = {
+            "protocol": protocol.PROTOCOL_VERSION, "bootstrap_token": self.s.bootstrap_token,
+            "role": self.s.role, "hostname": sample.host.hostname,
+            "agent_version": __version__, "inventory": inventory or _inventory(to_wire(sample)),
+        }  # fmt: skip
+        cred = self.client.enrol(request)
+        self._save_credential(cred)
+        log.info("enrolled", extra={"node_id": cred.node_id})
+
+    # --- loop ----------------------------------------------------------------------
+    def tick(self) -> float:
+        """Do whatever is due; return seconds until something is due again."""
+        now = self.clock()
+        if not self.enrolled():
+            if now >= self.next_send:
+                try:
+                    self.enrol()
+                    self.backoff.reset()
+                except PortalError as exc:
+                    self._failed(now, exc)
+            return max(0.0, self.next_send - now)
+        if now >= self.next_sample:
+            self._sample()
+            self.next_sample = now + self.s.sample_interval_s
+        if now >= self.next_report or self.wake.is_set():
+            self._spool_report()
+            self.next_report = now + self.s.report_interval_s
+        if now >= self.next_send or self.wake.is_set():
+            self.wake.clear()
+            self.flush(now)
+        return max(0.0, min(self.next_sample, self.next_report, self.next_send) - self.clock())
+
+    def _sample(self) -> None:
+        sample = self.sampler.sample()
+        if self.on_sample is not None:
+            self.on_sample(sample)
+        self.pending.append(to_wire(sample))
+        del self.pending[: -protocol.MAX_TELEMETRY_PER_REPORT]
+
+    def _spool_report(self) -> None:
+        assert self.client.credential is not None
+        seq = self.spool.allocate_seq()
+        self.spool.push({
+            "protocol": protocol.PROTOCOL_VERSION, "node_id": self.client.credential.node_id,
+            "seq": seq, "created_at": datetime.fromtimestamp(self.wall(), UTC).isoformat(),
+            "agent_version": __version__, "dropped_reports": self.spool.dropped,
+            "observed": self.applier.observed(), "telemetry": self.pending,
+        })  # fmt: skip
+        self.pending = []
+
+    def flush(self, now: float) -> None:
+        """Send spooled reports oldest first; stop at the first retryable failure."""
+        while (report := self.spool.peek()) is not None:
+            try:
+                ack = self.client.send_report(report)
+            except PortalError as exc:
+                if exc.status == 400:  # poison: would block the queue forever
+                    log.error("report rejected", extra={"seq": report["seq"], "error": str(exc)})
+                    self.rejected += 1
+                    self.spool.pop(int(report["seq"]))
+                    continue
+                self._failed(now, exc)
+                return
+            self.spool.pop(int(report["seq"]))
+            self.sent += 1
+            self.backoff.reset()
+            self.next_send = now + self.s.report_interval_s
+            self._after_ack(ack)
+
+    def _failed(self, now: float, exc: PortalError) -> None:
+        delay = self.backoff.next_delay()
+        self.next_send = now + delay
+        log.warning("portal unreachable" if exc.status is None else "portal error",
+                    extra={"error": str(exc), "retry_in_s": round(delay, 2),
+                           "spooled": len(self.spool)})  # fmt: skip
+
+    def _after_ack(self, ack: dict[str, Any]) -> None:
+        generation = int(ack.get("desired_generation", 0))
+        if generation > self.applier.generation_applied:
+            self.poll_desired(wait_s=0)
+        if ack.get("rotate_credential"):
+            self._save_credential(self.client.rotate_credential())
+
+    def poll_desired(self, wait_s: int) -> bool:
+        """Fetch (long-poll) the desired state; apply it if newer. True if applied."""
+        desired = self.client.desired_state(self.applier.generation_seen, wait_s)
+        if desired is None:
+            return False
+        problems = protocol.validate_desired_state(desired, self.s.role)
+        if problems:
+            log.error("invalid desired state", extra={"problems": problems[:5]})
+            return False
+        self.applier.apply(desired)
+        self.wake.set()  # report the generation reached right away
+        return True
+
+    def run(self, stop: threading.Event) -> None:
+        waker = threading.Thread(target=self._long_poll, args=(stop,), daemon=True,
+                                 name="desired-state-long-poll")  # fmt: skip
+        waker.start()
+        while not stop.is_set():
+            delay = self.tick()
+            if self.wake.wait(timeout=min(delay, 1.0)):
+                continue
+        waker.join(timeout=2)
+
+    def _long_poll(self, stop: threading.Event) -> None:
+        backoff = Backoff(base_s=1, cap_s=60)
+        while not stop.is_set():
+            if not self.enrolled():
+                stop.wait(1.0)
+                continue
+            try:
+                self.poll_desired(self.s.long_poll_s)
+                backoff.reset()
+            except PortalError:
+                stop.wait(backoff.next_delay())
+
+
+def _inventory(t: dict[str, Any]) -> dict[str, Any]:
+    gpu_keys = ("index", "uuid", "name", "pci_bus_id", "memory_total_bytes")
+    port_keys = ("device", "port", "port_guid", "node_guid", "link_layer", "rate_gbps")
+    return {
+        "host": t["host"],
+        "gpus": [{k: g.get(k) for k in gpu_keys} for g in t["gpus"]],
+        "ib_ports": [{k: p.get(k) for k in port_keys} for p in t["ib_ports"]],
+    }
