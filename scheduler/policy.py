@@ -55,13 +55,15 @@ POLICIES: dict[str, Policy] = {
                "Least CPU+GPU left after placement (the paper's BestFit)."),
         Policy("packing", (LOCALITY, (("packing", 1.0),)),
                "Prefer busy nodes and GPUs; keep idle GPUs idle (GpuPacking)."),
-        Policy("fgd", (LOCALITY, (("fgd", 1.0),)),
-               "Fragmentation gradient descent (ATC'23), continuous scores."),
-        Policy("fgd_q", (LOCALITY, (("fgd_q", 1.0),)), "quantized"),
-        Policy("fgd_q2", (LOCALITY, (("fgd_q", 1.0),), (("fgd", 1.0),)), "quantized"),
-        Policy("fgd+", (LOCALITY, (("fgd", 1.0),), (("gpu_left", 1.0),),
-                        (("bestfit", 1.0),)),
-               "FGD, then pack partly used GPUs, then best fit."),
+        Policy("fgd", (LOCALITY, (("fgd_levels", 1.0),)),
+               "Fragmentation gradient descent as published (ATC'23): integer levels, "
+               "ties to node order."),
+        Policy("fgd-exact", (LOCALITY, (("fgd", 1.0),)),
+               "FGD on the exact fragmentation delta (no levels)."),
+        Policy("fgd+", (LOCALITY, (("fgd_levels", 1.0),), (("bestfit", 1.0),),
+                        (("gpu_left", 1.0),)),
+               "FGD levels, then best fit (least CPU+GPU left) among the tied nodes, "
+               "then the GPU with the least room left."),
     )
 }
 

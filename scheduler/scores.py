@@ -7,6 +7,7 @@ node state.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -45,6 +46,16 @@ def fgd(ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey
     return ctx.frag.frag(new) - ctx.frag.frag(key)
 
 
+def fgd_levels(
+    ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey,
+) -> float:
+    """FGD as the paper's simulator ranks it: the fragmentation decrease (in GPUs)
+    squashed by a sigmoid onto integer levels 0..100 (negated: a cost). Nearly equal
+    moves tie, and the next tier (or node order) decides between them."""
+    delta = (ctx.frag.frag(key) - ctx.frag.frag(new)) / MILLI
+    return -float(int(100 / (1 + math.exp(-delta))))
+
+
 def locality(ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey) -> float:
     """NVLink domains spanned beyond the first (0 when the GPUs share one domain)."""
     return float(max(0, domains_spanned(opt) - 1))
@@ -68,19 +79,8 @@ SCORERS: dict[str, Scorer] = {
     "bestfit": bestfit,
     "packing": packing,
     "fgd": fgd,
+    "fgd_levels": fgd_levels,
     "locality": locality,
     "gpu_left": gpu_left,
     "model_scarcity": model_scarcity,
 }
-
-
-def fgd_quantized(
-    ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey,
-) -> float:
-    """FGD as the reference simulator scores it: sigmoid to 0..100, truncated."""
-    import math
-    delta = (ctx.frag.frag(key) - ctx.frag.frag(new)) / 1000
-    return -float(int(100 / (1 + math.exp(-delta))))
-
-
-SCORERS["fgd_q"] = fgd_quantized

@@ -1,0 +1,60 @@
+import json
+from pathlib import Path
+
+import pytest
+
+from scheduler.policy import get_policy
+from scheduler.replay.__main__ import main
+from scheduler.replay.snapshot import alloc_at, run_snapshot
+from scheduler.replay.trace import capacity_milli, load_nodes, load_pods, score_context, tune
+
+DATA = Path(__file__).parent / "data"
+TRACES = Path("/work/shared/bench/traces")
+
+
+def test_snapshot_cli_writes_the_documented_json(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    main(["snapshot", "--nodes", str(DATA / "nodes_slice.csv"), "--pods",
+          str(DATA / "pods_slice.csv"), "--as-given", "--policy", "bestfit", "--out", str(out)])
+    r = json.loads(out.read_text())
+    assert r["policy"] == "bestfit"
+    assert r["pods"] == 408
+    assert 0 < r["placed"] <= 408
+    assert set(r["decision_ms"]) == {"p50", "p99"}
+    pts = r["series"]
+    assert pts
+    assert {"arrived_pct", "alloc_pct", "frag_pct"} <= set(pts[0])
+    assert all(0 <= p["alloc_pct"] <= 100 for p in pts)
+    assert "alloc@100" in capsys.readouterr().out
+
+
+def test_timeline_cli(tmp_path):
+    out = tmp_path / "t.json"
+    main(["timeline", "--nodes", str(DATA / "nodes_slice.csv"), "--pods",
+          str(DATA / "pods_slice.csv"), "--tenants", "4", "--out", str(out)])
+    r = json.loads(out.read_text())
+    assert r["pods"] == 408
+    assert len(r["tenant_share"]) == 4
+    assert set(r["queue_delay_s"]) == {"p50", "p95"}
+
+
+def test_tune_is_seeded_and_reaches_the_target():
+    nodes, pods = load_nodes(DATA / "nodes_slice.csv"), load_pods(DATA / "pods_slice.csv")
+    cap = capacity_milli(nodes)
+    a, b = tune(pods, 1.3, 7, cap), tune(pods, 1.3, 7, cap)
+    assert a == b
+    assert len(a) > len(pods)
+    assert sum(p.gpu_request for p in a) <= 1.3 * cap
+
+
+@pytest.mark.skipif(not TRACES.exists(), reason="openb trace not present")
+def test_openb_seed_42_bestfit_reproduces_and_default_beats_it():
+    nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
+    pods = load_pods(TRACES / "openb_pod_list_default.csv")
+    work = tune(pods, 1.3, 42, capacity_milli(nodes))
+    bf = alloc_at(run_snapshot(nodes, work, get_policy("bestfit"), score_context(nodes, pods)), 100)
+    best = alloc_at(run_snapshot(nodes, work, get_policy(), score_context(nodes, pods)), 100)
+    assert bf is not None
+    assert best is not None
+    assert 92.0 < bf < 93.8
+    assert best > bf + 1.5
