@@ -28,3 +28,9 @@ def node_exporter_sys(tmp_path: Path) -> Path:
 @pytest.fixture
 def procfs_sys(tmp_path: Path) -> Path:
     return extract_tree("procfs-infiniband.ttar", tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing() -> None:
+    """Overrides tests/conftest.py's Django-only autouse fixture: agent tests run without
+    Django (``-p no:django``) and must not need its ``settings`` fixture."""

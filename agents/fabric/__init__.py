@@ -1,0 +1,1 @@
+"""Fabric role: keeps the subnet manager's partitions equal to the portal's partition map."""

@@ -1,0 +1,65 @@
+"""Applies the partition map through a FabricManager, verifies, and reports drift."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from agents.fabric.base import FabricManager, PartitionMap, drift
+
+log = logging.getLogger("agents.fabric")
+
+
+class FabricApplier:
+    def __init__(self, manager: FabricManager, verify_timeout_s: float = 30.0,
+                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+        self.manager, self.verify_timeout_s, self.sleep = manager, verify_timeout_s, sleep
+        self.generation_applied = 0
+        self.generation_seen = 0
+        self.pmap = PartitionMap(0)
+        self.errors: list[dict[str, str]] = []
+        self.drift: list[dict[str, str]] = []
+        self._guids: set[str] = set()
+
+    def apply(self, desired: dict[str, Any]) -> None:
+        generation = int(desired["generation"])
+        self.generation_seen = max(self.generation_seen, generation)
+        if generation < self.generation_applied:
+            return
+        self.errors = []
+        try:
+            pmap = PartitionMap.from_wire(desired)
+            self.manager.apply(pmap)
+        except Exception as exc:  # the report carries it; the loop continues
+            log.error("partition apply failed", extra={"error": str(exc)})
+            self.errors.append({"item": "partitions", "message": f"{type(exc).__name__}: {exc}"})
+            return
+        # GUIDs that were or are members: removal must be verified too
+        self._guids |= {g for p in pmap.partitions for g, _ in p.members}
+        self.pmap = pmap
+        self.verify()
+        self.generation_applied = generation
+
+    def verify(self) -> list[dict[str, str]]:
+        deadline = time.monotonic() + self.verify_timeout_s
+        while True:
+            try:
+                actual = self.manager.read_back(self._guids)
+                self.drift = drift(self.pmap.expected(), actual, self._guids)
+            except Exception as exc:
+                self.drift = [{"pkey": "*", "guid": "*", "expected": "readable",
+                               "actual": f"{type(exc).__name__}: {exc}"}]  # fmt: skip
+            if not self.drift or time.monotonic() >= deadline:
+                return self.drift
+            self.sleep(1.0)
+
+    def observed(self) -> dict[str, Any]:
+        return {
+            "generation_applied": self.generation_applied,
+            "generation_seen": self.generation_seen,
+            "apply_errors": list(self.errors),
+            "manager": self.manager.name,
+            "drift": list(self.drift),
+        }

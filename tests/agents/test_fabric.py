@@ -1,0 +1,173 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from agents.fabric.applier import FabricApplier
+from agents.fabric.base import FakeFabric, PartitionMap, drift
+from agents.fabric.opensm import OpenSmManager, parse_smpquery_pkeys, render_partitions_conf
+from agents.fabric.ufm import UfmManager, parse_pkeys
+
+A1, A2, B1, S1 = (f"0x{n:016x}" for n in (0x100009, 0x10000B, 0x10000D, 0x1000F1))
+
+
+def pmap(generation: int = 1, storage: bool = True) -> PartitionMap:
+    parts = [
+        {"name": "tenant_a", "pkey": "0x0101", "ipoib": True,
+         "members": [{"guid": A2, "membership": "full"}, {"guid": A1, "membership": "full"}]},
+        {"name": "tenant_b", "pkey": "0x0102", "ipoib": True,
+         "members": [{"guid": B1, "membership": "full"}]},
+    ]
+    if storage:
+        parts.append({"name": "storage", "pkey": "0x0200", "ipoib": False, "members": [
+            {"guid": S1, "membership": "full"}, {"guid": A1, "membership": "limited"},
+            {"guid": B1, "membership": "limited"}]})
+    return PartitionMap.from_wire({"generation": generation, "partitions": parts})
+
+
+def test_render_partitions_conf() -> None:
+    text = render_partitions_conf(pmap(7))
+    assert text.splitlines()[1:] == [
+        "# generation 7",
+        "Default=0x7fff,ipoib : ALL=limited, SELF=full ;",
+        f"tenant_a=0x0101,ipoib : {A1}=full, {A2}=full ;",
+        f"tenant_b=0x0102,ipoib : {B1}=full ;",
+        f"storage=0x0200 : {A1}=limited, {B1}=limited, {S1}=full ;",
+    ]
+    empty = PartitionMap.from_wire({"generation": 2, "partitions": [
+        {"name": "gone", "pkey": "0x0103", "members": []}]})
+    assert "gone" not in render_partitions_conf(empty, default_membership="full")
+    assert "ALL=full" in render_partitions_conf(empty, default_membership="full")
+
+
+def test_invalid_partitions_rejected() -> None:
+    for bad in ({"name": "x y", "pkey": "0x0101"}, {"name": "d", "pkey": "0x7fff"},
+                {"name": "z", "pkey": "0x8000"}):
+        with pytest.raises(ValueError, match="invalid partition"):
+            PartitionMap.from_wire({"generation": 1, "partitions": [{**bad, "members": []}]})
+
+
+def test_parse_smpquery() -> None:
+    out = ("ibwarn: [1] sim_connect: attached\n"
+           "   0: 0xffff 0x8101 0x0000 0x0000 0x0000 0x0000 0x0000 0x0000\n"
+           "   8: 0x0000 0x0102 0x0000 0x0000 0x0000 0x0000 0x0000 0x0000\n"
+           "64 pkeys capacity for this port\n")
+    assert parse_smpquery_pkeys(out) == [0xFFFF, 0x8101, 0x0102]
+
+
+def test_opensm_apply_atomic_write_and_sighup(tmp_path: Path) -> None:
+    flag = tmp_path / "hup"
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import signal, sys, time\n"
+        f"signal.signal(signal.SIGHUP, lambda *a: open({str(flag)!r}, 'w').write('hup'))\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(30)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        conf = tmp_path / "opensm/partitions.conf"
+        tables = {A1: "   0: 0xffff 0x8101 0x0200\n", A2: "   0: 0x7fff 0x8101\n",
+                  B1: "   0: 0xffff 0x8102 0x0200\n", S1: "   0: 0xffff 0x8200\n"}
+        mgr = OpenSmManager(conf, pid=child.pid, run=lambda argv: tables[argv[-1]])
+        mgr.apply(pmap())
+        assert conf.read_text() == render_partitions_conf(pmap())
+        assert not list(conf.parent.glob(".*tmp"))  # temp file renamed away
+        deadline = time.monotonic() + 5
+        while not flag.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert flag.read_text() == "hup"
+        applier = FabricApplier(mgr, verify_timeout_s=0)
+        applier.apply({"generation": 3, "partitions": []})  # read back: drift everywhere
+        assert applier.generation_applied == 3
+        got = mgr.read_back({A1, B1, S1})
+        assert got == {0x0101: {A1: "full"}, 0x0102: {B1: "full"},
+                       0x0200: {A1: "limited", B1: "limited", S1: "full"}}
+    finally:
+        os.kill(child.pid, signal.SIGTERM)
+        child.wait(5)
+
+
+def test_opensm_without_pid_is_an_apply_error(tmp_path: Path) -> None:
+    applier = FabricApplier(OpenSmManager(tmp_path / "p.conf", pid_file=tmp_path / "none"))
+    applier.apply({"generation": 1, "partitions": []})
+    assert applier.generation_applied == 0
+    assert "ProcessLookupError" in applier.observed()["apply_errors"][0]["message"]
+
+
+def test_fake_fabric_and_drift() -> None:
+    fake = FakeFabric()
+    applier = FabricApplier(fake, verify_timeout_s=0)
+    wire = {"generation": 4, "partitions": [
+        {"name": "tenant_a", "pkey": "0x0101", "members": [{"guid": A1, "membership": "full"}]}]}
+    applier.apply(wire)
+    obs = applier.observed()
+    assert obs["generation_applied"] == 4
+    assert obs["drift"] == []
+    assert obs["manager"] == "fake"
+    fake.state[0x0101].pop(A1)  # someone removed it behind our back
+    assert applier.verify() == [
+        {"pkey": "0x0101", "guid": A1, "expected": "full", "actual": "absent"}]
+    assert drift({1: {A1: "full"}}, {1: {A1: "limited"}}, {A1})[0]["actual"] == "limited"
+
+
+class FakeUfm:
+    def __init__(self) -> None:
+        self.pkeys: dict[str, dict[str, object]] = {"0x7fff": {"guids": []}}
+        self.calls: list[tuple[str, object]] = []
+
+    def handle(self, request: httpx.Request) -> httpx.Response:
+        assert request.headers["Authorization"].startswith("Basic ")
+        path = request.url.path
+        body = json.loads(request.content) if request.content else None
+        self.calls.append((path, body))
+        if path == "/ufmRest/app/ufm_version":
+            return httpx.Response(200, json={"ufm_release_version": "6.15.0"})
+        if path == "/ufmRest/resources/pkeys/" and request.method == "GET":
+            assert request.url.params["guids_data"] == "true"
+            return httpx.Response(200, json=self.pkeys)
+        if path == "/ufmRest/resources/pkeys/add":
+            self.pkeys.setdefault(body["pkey"], {"guids": [], "ip_over_ib": body["ip_over_ib"]})
+            return httpx.Response(200, json={})
+        if path == "/ufmRest/resources/pkeys":
+            entry = self.pkeys.setdefault(body["pkey"], {"guids": []})
+            for g in body["guids"]:
+                assert len(g) == 16
+                assert not g.startswith("0x")
+                entry["guids"] = [x for x in entry["guids"] if x["guid"] != g] + [  # type: ignore[union-attr]
+                    {"guid": g, "membership": body["membership"], "index0": body["index0"]}]
+            return httpx.Response(200, json={})
+        if path == "/ufmRest/actions/remove_guids_from_pkey":
+            entry = self.pkeys[body["pkey"]]
+            entry["guids"] = [x for x in entry["guids"] if x["guid"] not in body["guids"]]  # type: ignore[union-attr]
+            return httpx.Response(200, json={})
+        return httpx.Response(404)
+
+
+def test_ufm_driver_payloads_and_read_back() -> None:
+    ufm = FakeUfm()
+    mgr = UfmManager("https://ufm.test", "admin", "secret",
+                     transport=httpx.MockTransport(ufm.handle))
+    assert mgr.health() == "6.15.0"
+    applier = FabricApplier(mgr, verify_timeout_s=0)
+    applier.apply({"generation": 1, "partitions": [
+        {"name": p.name, "pkey": f"0x{p.pkey:04x}", "ipoib": p.ipoib,
+         "members": [{"guid": g, "membership": m} for g, m in p.members]}
+        for p in pmap().partitions]})
+    assert applier.observed()["drift"] == []
+    posted = [b for path, b in ufm.calls if path == "/ufmRest/resources/pkeys"]
+    assert {"pkey": "0x0101", "guids": ["0000000000100009", "000000000010000b"],
+            "membership": "full", "index0": False, "ip_over_ib": True} in posted
+    # lease of tenant A ends on one node: its GUID is removed from 0x0101
+    applier.apply({"generation": 2, "partitions": [
+        {"name": "tenant_a", "pkey": "0x0101", "members": [{"guid": A2, "membership": "full"}]}]})
+    removed = [b for path, b in ufm.calls if path.endswith("remove_guids_from_pkey")]
+    assert {"pkey": "0x0101", "guids": ["0000000000100009"]} in removed
+    assert parse_pkeys(ufm.pkeys)[0x0101] == {A2: "full"}
+    assert applier.observed()["drift"] == []
+    assert applier.generation_applied == 2
