@@ -40,9 +40,10 @@ SECRET_KEY = os.environ.get("SECRET_KEY", "")
 if not SECRET_KEY:
     if PRODUCTION:
         raise RuntimeError("SECRET_KEY must be set when GPUPOOL_ENV=production")
-    SECRET_KEY = "dev-only-insecure-key-" + "x" * 40  # noqa: S105 - development default
+    SECRET_KEY = "dev-only-insecure-key-" + "x" * 40
 
-ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", "" if PRODUCTION else "localhost,127.0.0.1,[::1],testserver")
+ALLOWED_HOSTS = env_list(
+    "ALLOWED_HOSTS", "" if PRODUCTION else "localhost,127.0.0.1,[::1],testserver")
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", "")
 
 INSTALLED_APPS = [

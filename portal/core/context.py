@@ -13,20 +13,21 @@ class RequestContext:
     via: str = "system"  # web, api, admin, task, command, agent
 
 
-_current: contextvars.ContextVar[RequestContext] = contextvars.ContextVar(
-    "gpupool_request_context", default=RequestContext()
+_SYSTEM = RequestContext()
+_current: contextvars.ContextVar[RequestContext | None] = contextvars.ContextVar(
+    "gpupool_request_context", default=None
 )
 
 
 def current() -> RequestContext:
-    return _current.get()
+    return _current.get() or _SYSTEM
 
 
-def set_current(ctx: RequestContext) -> contextvars.Token[RequestContext]:
+def set_current(ctx: RequestContext) -> contextvars.Token[RequestContext | None]:
     return _current.set(ctx)
 
 
-def reset(token: contextvars.Token[RequestContext]) -> None:
+def reset(token: contextvars.Token[RequestContext | None]) -> None:
     _current.reset(token)
 
 

@@ -9,7 +9,7 @@ from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Node
 from portal.tenants.models import Membership, Role, Tenant
 
-DEMO_PASSWORD = "gpupool-demo"  # noqa: S105 - public demo credential, documented in README
+DEMO_PASSWORD = "gpupool-demo"
 DEMO_USERS = [
     # username, tenant slug or None for staff, role
     ("operator", None, None),

@@ -1,5 +1,5 @@
-from django.db import connection
 from django.contrib.auth.views import redirect_to_login
+from django.db import connection
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 

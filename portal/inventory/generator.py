@@ -92,7 +92,8 @@ def cluster_generate(*, actor: AnyUser | None, spec: ClusterSpec) -> dict[str, i
                 node_guid=_port_guid(0xCA, node.hostname, p),
                 port_guid=_port_guid(0xCB, node.hostname, p),
                 rate="400 Gb/sec (4X NDR)", description=f"{node.hostname} mlx5_{p}",
-                switch=node.leaf, switch_port=(i % spec.nodes_per_leaf) * spec.hcas_per_node + p + 1)
+                switch=node.leaf,
+                switch_port=(i % spec.nodes_per_leaf) * spec.hcas_per_node + p + 1)
         for i, node in enumerate(nodes) for p in range(spec.hcas_per_node)], batch_size=BATCH)
     counts = {"nodes": len(nodes), "gpus": len(nodes) * spec.gpus_per_node,
               "leaves": n_leaves, "spines": spec.spines,

@@ -24,7 +24,7 @@ def switch_list() -> QuerySet[Switch]:
 
 def fabric_list() -> QuerySet[Fabric]:
     return Fabric.objects.annotate(switch_count=Count("switches", distinct=True),
-                                   node_count=Count("nodes", distinct=True))
+                                   node_count=Count("nodes", distinct=True)).order_by("name")
 
 
 def schedulable_gpus() -> QuerySet[Gpu]:

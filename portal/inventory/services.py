@@ -120,8 +120,9 @@ def _import_hcas(fabric: Fabric, topo: ibn.Topology, switches: dict[str, Switch]
                      "lid": link.lid, "rate": link.speed, "description": ca.description,
                      "switch": remote, "switch_port": link.remote_port if remote else None},
                     report, "hca_ports")
-            if node is not None and remote is not None and remote.role == Switch.Role.LEAF:
-                if node.leaf_id != remote.pk or node.fabric_id != fabric.pk:
+            on_leaf = remote is not None and remote.role == Switch.Role.LEAF
+            if node is not None and on_leaf and (node.leaf_id != remote.pk
+                                                 or node.fabric_id != fabric.pk):
                     node.leaf, node.fabric = remote, fabric
                     node.save(update_fields=["leaf", "fabric"])
                     report.bump("updated", "node_leaf")

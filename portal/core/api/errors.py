@@ -29,7 +29,7 @@ def _flatten(detail: Any) -> dict[str, list[str]]:
                 for sub, msgs in _flatten(value).items():
                     out[f"{key}.{sub}"] = msgs
             elif isinstance(value, list):
-                out[str(key)] = [str(v) if not isinstance(v, dict) else str(v) for v in value]
+                out[str(key)] = [str(v) for v in value]
             else:
                 out[str(key)] = [str(value)]
         return out
@@ -38,7 +38,8 @@ def _flatten(detail: Any) -> dict[str, list[str]]:
     return {}
 
 
-def error_body(code: str, detail: str, fields: dict[str, list[str]] | None = None) -> dict[str, Any]:
+def error_body(code: str, detail: str,
+               fields: dict[str, list[str]] | None = None) -> dict[str, Any]:
     return {"error": code, "detail": detail, "fields": fields or {}}
 
 

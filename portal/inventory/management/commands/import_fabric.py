@@ -25,7 +25,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         path = opts["file"]
         try:
-            text = (self.stdin if path == "-" else Path(path).open(encoding="utf-8")).read()
+            text = self.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc}") from exc
         mapping: dict[str, str] = {}

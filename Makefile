@@ -1,0 +1,46 @@
+# gpupool — the two commands: `make demo` runs the product, `make test` runs the tests.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+PORT ?= 8000
+
+.PHONY: demo test lint typecheck check bench-scheduler bench-cluster clean
+
+$(STAMP): requirements.txt requirements-dev.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -r requirements-dev.txt
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Run the whole stack on 127.0.0.1:$(PORT) with embedded defaults (SQLite, in-process worker).
+demo: $(STAMP)
+	$(PY) manage.py compilemessages -v0 2>/dev/null || true
+	PORT=$(PORT) $(PY) manage.py demo
+
+## The whole test suite. Uses PostgreSQL/Redis when DATABASE_URL/REDIS_URL are set;
+## with REQUIRE_SERVICES=1 a missing service or tool fails instead of skipping.
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+
+typecheck: $(STAMP)
+	$(PY) -m mypy
+
+check: lint typecheck
+	$(PY) manage.py makemigrations --check --dry-run
+	GPUPOOL_ENV=production SECRET_KEY=$$($(PY) -c 'import secrets;print(secrets.token_urlsafe(64))') \
+	  ALLOWED_HOSTS=gpupool.example.com $(PY) manage.py check --deploy --fail-level WARNING
+
+bench-scheduler: $(STAMP)
+	$(PY) -m scheduler.bench
+
+bench-cluster: $(STAMP)
+	$(PY) -m tests.bench.generate_cluster
+
+clean:
+	rm -rf $(VENV) data staticfiles

@@ -1,0 +1,89 @@
+"""Shared test plumbing.
+
+Markers say what a test needs. Without the thing, the test is skipped with a message;
+with ``REQUIRE_SERVICES=1`` (CI) a missing thing is a failure, never a silent skip.
+
+- ``@pytest.mark.services("postgres", "redis")``: the real services.
+- ``@pytest.mark.browser``: Debian's Chromium and Playwright.
+- ``@pytest.mark.opensm``: opensm, ibsim and infiniband-diags.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from functools import cache
+from typing import Any
+
+import pytest
+
+REQUIRE = os.environ.get("REQUIRE_SERVICES") == "1"
+REDIS_URL = os.environ.get("REDIS_URL", "")
+CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
+
+
+@cache
+def _postgres_missing() -> str | None:
+    from django.conf import settings
+
+    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+        return "PostgreSQL not configured (set DATABASE_URL=postgres://…)"
+    return None
+
+
+@cache
+def _redis_missing() -> str | None:
+    if not REDIS_URL:
+        return "Redis not configured (set REDIS_URL=redis://…)"
+    try:
+        import redis
+
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping()
+    except Exception as exc:
+        return f"Redis at {REDIS_URL} unreachable: {exc}"
+    return None
+
+
+@cache
+def _browser_missing() -> str | None:
+    if not os.path.exists(CHROMIUM):
+        return f"Chromium not found at {CHROMIUM} (apt-get install chromium)"
+    try:
+        import playwright  # noqa: F401
+    except ImportError:
+        return "playwright not installed"
+    return None
+
+
+@cache
+def _opensm_missing() -> str | None:
+    for tool in ("ibsim", "opensm", "smpquery", "ibsim-run"):
+        if shutil.which(tool) is None and not os.path.exists(f"/usr/sbin/{tool}"):
+            return f"{tool} not found (apt-get install opensm ibsim-utils infiniband-diags)"
+    return None
+
+
+CHECKS = {"postgres": _postgres_missing, "redis": _redis_missing}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    problems: list[str] = []
+    for marker in item.iter_markers("services"):
+        for need in marker.args or ("postgres", "redis"):
+            if (why := CHECKS[need]()) is not None:
+                problems.append(why)
+    if item.get_closest_marker("browser") and (why := _browser_missing()):
+        problems.append(why)
+    if item.get_closest_marker("opensm") and (why := _opensm_missing()):
+        problems.append(why)
+    if problems:
+        message = "; ".join(dict.fromkeys(problems))
+        if REQUIRE:
+            pytest.fail(f"REQUIRE_SERVICES=1 but: {message}", pytrace=False)
+        pytest.skip(message)
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    """PBKDF2's real cost is for production; tests hash thousands of passwords."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
