@@ -16,6 +16,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import httpx
@@ -43,7 +44,7 @@ class FakePortal:
     def __init__(self, clock: Any = time.time, heartbeat_interval_s: int = 10) -> None:
         self.clock = clock
         self.heartbeat_interval_s = heartbeat_interval_s
-        self.bootstrap_tokens: set[str] = set()
+        self.bootstrap_tokens: dict[str, int] = {}  # token -> remaining uses (one-time = 1)
         self.nodes: dict[str, FakeNode] = {}
         self.up = True
         self.rejected: list[dict[str, Any]] = []
@@ -52,9 +53,9 @@ class FakePortal:
         self._cond = threading.Condition()
 
     # --- operator side ---------------------------------------------------------------
-    def issue_bootstrap_token(self) -> str:
+    def issue_bootstrap_token(self, uses: int = 1) -> str:
         token = "gpb_" + secrets.token_urlsafe(24)
-        self.bootstrap_tokens.add(token)
+        self.bootstrap_tokens[token] = uses
         return token
 
     def set_desired(self, node_id: str, **state: Any) -> int:
@@ -113,14 +114,16 @@ class FakePortal:
         if problems:
             return _err("invalid_request", "invalid enrolment", problems)
         token = body["bootstrap_token"]
-        if token not in self.bootstrap_tokens:
-            return _err("invalid_bootstrap_token", "unknown or already used bootstrap token")
-        self.bootstrap_tokens.discard(token)  # one-time
+        with self._cond:
+            if self.bootstrap_tokens.get(token, 0) <= 0:
+                return _err("invalid_bootstrap_token", "unknown or already used bootstrap token")
+            self.bootstrap_tokens[token] -= 1  # consumed by this enrolment
         node_id = "nd_" + secrets.token_hex(8)
         credential = "gpn_" + secrets.token_urlsafe(32)
         node = FakeNode(node_id, body["hostname"], body["role"])
         node.credential_hashes[_hash(credential)] = float("inf")
-        self.nodes[node_id] = node
+        with self._cond:
+            self.nodes[node_id] = node
         return httpx.Response(201, json={
             "protocol": 1, "node_id": node_id, "credential": credential,
             "heartbeat_interval_s": self.heartbeat_interval_s,
@@ -199,3 +202,38 @@ def _err(code: str, message: str, details: list[protocol.Problem] | None = None)
     return httpx.Response(
         protocol.ERROR_CODES[code], json=protocol.error_body(code, message, details)
     )
+
+
+def serve(portal: FakePortal, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+    """Serve the fake portal over real HTTP on loopback (demo, simulator tests)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _handle(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            body = self.rfile.read(length) if length else b""
+            request = httpx.Request(self.command, f"http://fake{self.path}",
+                                    headers=dict(self.headers.items()), content=body)  # fmt: skip
+            try:
+                response = portal.handle(request)
+            except httpx.ConnectError:
+                self.close_connection = True
+                return
+            payload = response.content
+            self.send_response(response.status_code)
+            if payload:
+                self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        do_GET = do_POST = _handle
+
+        def log_message(self, format: str, *args: object) -> None:
+            return
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True, name="fake-portal").start()
+    return server

@@ -1,0 +1,214 @@
+"""``python -m agents node|fabric|simulate`` (see docs/agent-protocol.md)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from agents import config, jsonlog
+from agents.client.portal import PortalClient
+from agents.host import HostCollector
+from agents.metrics import MetricsServer, SampleCollector, render_sample
+from agents.node.access import FileAccess
+from agents.node.agent import AgentSettings, NodeAgent
+from agents.node.apply import NodeApplier
+from agents.node.ipoib import IpLinkIpoib, IpoibManager, SysfsIpoib
+from agents.nvml import binding
+from agents.nvml.collector import NvmlCollector
+from agents.nvml.fake import FakeNvml
+from agents.nvml.xid import XidWatcher
+from agents.sysfs.infiniband import InfinibandCollector
+from agents.telemetry import Sampler, to_wire
+
+log = logging.getLogger("agents")
+
+
+def open_nvml(fake_gpus: str, hostname: str) -> tuple[Any, str | None]:
+    """(api, None) or (None, why NVML is unavailable)."""
+    api: Any = FakeNvml(fake_gpus, host=hostname) if fake_gpus else binding.real_api()
+    try:
+        api.nvmlInit()
+    except binding.NVMLError as exc:
+        return None, str(exc)
+    return api, None
+
+
+def build_sampler(sysfs_root: str, proc_root: str, fake_gpus: str) -> tuple[Sampler, Any]:
+    host = HostCollector(proc_root)
+    api, error = open_nvml(fake_gpus, host.collect().hostname)
+    if error is not None:
+        print(f"gpupool-agent: no GPU driver (NVML: {error}); reporting InfiniBand and host "
+              "data only", file=sys.stderr)  # fmt: skip
+    nvml = NvmlCollector(api) if api is not None else None
+    return Sampler(host, InfinibandCollector(sysfs_root), nvml, nvml_error=error), api
+
+
+def cmd_node_once(args: argparse.Namespace) -> int:
+    sampler, _ = build_sampler(args.sysfs_root, args.proc_root, args.fake_gpus or "")
+    sample = sampler.sample()
+    if args.format == "prometheus":
+        sys.stdout.write(render_sample(sample).decode())
+    else:
+        json.dump(to_wire(sample), sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    return 0
+
+
+def _stop_event() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(signum: int, frame: object) -> None:
+        log.info("shutting down", extra={"signal": signal.Signals(signum).name})
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
+    return stop
+
+
+def _client(cfg: dict[str, dict[str, Any]]) -> PortalClient:
+    portal = cfg["portal"]
+    if not portal["url"]:
+        raise config.ConfigError("portal.url is required (or GPUPOOL_AGENT_PORTAL_URL)")
+    return PortalClient(portal["url"], timeout_s=float(portal["timeout_s"]),
+                        verify=portal["ca_file"] or True)  # fmt: skip
+
+
+def _settings(cfg: dict[str, dict[str, Any]], role: str) -> AgentSettings:
+    a = cfg["agent"]
+    return AgentSettings(
+        state_dir=Path(a["state_dir"]), bootstrap_token=cfg["portal"]["bootstrap_token"] or None,
+        role=role, sample_interval_s=float(a["sample_interval_s"]),
+        report_interval_s=float(a["report_interval_s"]),
+        max_spooled_reports=int(a["max_spooled_reports"]), long_poll_s=int(a["long_poll_s"]),
+    )  # fmt: skip
+
+
+def _metrics(listen: str, coll: SampleCollector) -> MetricsServer | None:
+    if not listen:
+        return None
+    host, _, port = listen.rpartition(":")
+    registry = CollectorRegistry()
+    registry.register(coll)
+    server = MetricsServer(registry, host=host or "0.0.0.0", port=int(port))  # noqa: S104
+    server.start()
+    log.info("metrics listening", extra={"listen": listen, "port": server.port})
+    return server
+
+
+def cmd_node(args: argparse.Namespace) -> int:
+    cfg = config.load(args.config, config.NODE_DEFAULTS)
+    jsonlog.setup(cfg["log"]["level"])
+    hw = cfg["hardware"]
+    sampler, api = build_sampler(hw["sysfs_root"], hw["proc_root"], hw["fake_gpus"])
+    watcher = None
+    if api is not None and sampler.nvml is not None:
+        watcher = XidWatcher(api, sampler.nvml)
+        watcher.start()
+        sampler.xid_source = watcher.drain
+    managers: dict[str, IpoibManager] = {
+        "sysfs": SysfsIpoib(hw["sysfs_root"]), "iplink": IpLinkIpoib(hw["sysfs_root"])
+    }
+    ipoib = managers.get(hw["ipoib"])
+    applier = NodeApplier(sampler.ib, FileAccess(hw["access_root"]), ipoib, hw["ipoib_parent"])
+    agent = NodeAgent(_settings(cfg, "node"), _client(cfg), sampler, applier)
+    return _run(agent, cfg, watcher, api)
+
+
+def cmd_fabric(args: argparse.Namespace) -> int:
+    from agents.fabric.applier import FabricApplier
+    from agents.fabric.base import FabricManager, FakeFabric
+    from agents.fabric.opensm import OpenSmManager
+    from agents.fabric.ufm import UfmManager
+
+    cfg = config.load(args.config, config.FABRIC_DEFAULTS)
+    jsonlog.setup(cfg["log"]["level"])
+    f = cfg["fabric"]
+    manager: FabricManager
+    if f["driver"] == "opensm":
+        manager = OpenSmManager(Path(f["partitions_conf"]), pid_file=Path(f["opensm_pid_file"]),
+                                diag_prefix=f["diag_prefix"].split(),
+                                default_membership=f["default_membership"])  # fmt: skip
+    elif f["driver"] == "ufm":
+        manager = UfmManager(f["ufm_url"], f["ufm_username"], f["ufm_password"],
+                             verify=f["ufm_ca_file"] or True)  # fmt: skip
+    elif f["driver"] == "fake":
+        manager = FakeFabric()
+    else:
+        raise config.ConfigError(f"fabric.driver: unknown {f['driver']!r} (opensm|ufm|fake)")
+    hw = cfg["hardware"]
+    sampler = Sampler(HostCollector(hw["proc_root"]), InfinibandCollector(hw["sysfs_root"]),
+                      None, nvml_error="fabric role: GPUs not collected")  # fmt: skip
+    applier = FabricApplier(manager, verify_timeout_s=float(f["verify_timeout_s"]))
+    agent = NodeAgent(_settings(cfg, "fabric"), _client(cfg), sampler, applier)
+    return _run(agent, cfg, None, None)
+
+
+def _run(agent: NodeAgent, cfg: dict[str, dict[str, Any]], watcher: XidWatcher | None,
+         api: Any) -> int:  # fmt: skip
+    stop = _stop_event()
+    coll = SampleCollector()
+    agent.on_sample = coll.set
+    server = _metrics(cfg["metrics"]["listen"], coll)
+    log.info("agent started", extra={"role": agent.s.role, "state_dir": str(agent.s.state_dir)})
+    try:
+        agent.run(stop)
+    finally:
+        if server is not None:
+            server.stop()
+        if watcher is not None:
+            watcher.stop()
+        if api is not None:
+            with contextlib.suppress(binding.NVMLError):
+                api.nvmlShutdown()
+        agent.client.close()
+        log.info("agent stopped", extra={"spooled": len(agent.spool), "sent": agent.sent})
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m agents", description="gpupool agents")
+    sub = p.add_subparsers(dest="command", required=True)
+    node = sub.add_parser("node", help="GPU host agent")
+    node.add_argument("--config", type=Path, help="agent.toml")
+    node.add_argument("--once", action="store_true", help="print one sample and exit")
+    node.add_argument("--sysfs-root", default="/sys")
+    node.add_argument("--proc-root", default="/proc")
+    node.add_argument("--fake-gpus", default=None, help="e.g. h100x8 or h100x4,a100x4")
+    node.add_argument("--format", choices=("json", "prometheus"), default="json")
+    fabric = sub.add_parser("fabric", help="subnet-manager host agent")
+    fabric.add_argument("--config", type=Path, required=True, help="fabric.toml")
+    sim = sub.add_parser("simulate", help="many fake node agents against a portal")
+    from agents.simulate import add_arguments
+
+    add_arguments(sim)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        if args.command == "node":
+            if args.once:
+                return cmd_node_once(args)
+            if args.config is None:
+                print("node: --config agent.toml (or --once)", file=sys.stderr)
+                return 2
+            return cmd_node(args)
+        if args.command == "fabric":
+            return cmd_fabric(args)
+        from agents.simulate import run as simulate
+
+        return simulate(args)
+    except config.ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
