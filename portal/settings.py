@@ -62,6 +62,8 @@ INSTALLED_APPS = [
     "portal.core",
     "portal.tenants",
     "portal.inventory",
+    "portal.fleet",
+    "portal.leasing",
 ]
 
 MIDDLEWARE = [

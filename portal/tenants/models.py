@@ -89,3 +89,25 @@ class ApiKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
+
+
+class SshPublicKey(models.Model):
+    """A user's OpenSSH public key; granted to the lease accounts of their tenants' leases."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                             related_name="ssh_keys")
+    name = models.CharField(max_length=100)
+    key_type = models.CharField(max_length=40)
+    public_key = models.TextField()
+    fingerprint = models.CharField(max_length=64, help_text="SHA256:…")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["user", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "fingerprint"], name="sshkey_unique_per_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} {self.fingerprint}"

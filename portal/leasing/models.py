@@ -1,0 +1,198 @@
+"""Orders become leases: one row, one state machine (see states.py and docs/leasing.md)."""
+
+from __future__ import annotations
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from portal.inventory.models import Gpu, Node
+from portal.tenants.models import Tenant
+
+SLOTS_PER_GPU = 8  # fractional GPUs are leased in eighths (125 milli)
+MILLI_PER_SLOT = 1000 // SLOTS_PER_GPU
+
+
+class Quota(models.Model):
+    """A tenant's limits for one GPU model ('' = the tenant-wide row for every model)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="quotas")
+    gpu_model = models.CharField(max_length=32, blank=True, default="")
+    guaranteed_gpus = models.PositiveIntegerField(default=0)
+    max_gpus = models.PositiveIntegerField(default=0, help_text="max concurrent GPUs")
+    gpu_hour_budget = models.DecimalField(max_digits=12, decimal_places=2, null=True,
+                                          blank=True, help_text="per calendar month")
+    max_lease_hours = models.PositiveIntegerField(default=24 * 30)
+    max_pending_orders = models.PositiveIntegerField(default=20)
+    allow_spot = models.BooleanField(default=True)
+    allow_borrowing = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["tenant", "gpu_model"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "gpu_model"], name="quota_unique_model"),
+            models.CheckConstraint(condition=Q(guaranteed_gpus__lte=F("max_gpus")),
+                                   name="quota_guarantee_within_max"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} {self.gpu_model or 'all models'} ≤{self.max_gpus}"
+
+
+class Priority(models.TextChoices):
+    RESERVED = "reserved", "Reserved"
+    ON_DEMAND = "on_demand", "On demand"
+    SPOT = "spot", "Spot (preemptible)"
+
+
+class Locality(models.TextChoices):
+    ANY = "any", "Anywhere"
+    NVLINK = "nvlink", "One NVLink domain"
+    NODE = "node", "One node"
+    LEAF = "leaf", "One leaf switch"
+    SPINE = "spine", "Fewest spine hops"
+
+
+class LeaseState(models.TextChoices):
+    REQUESTED = "requested", "Requested"
+    QUEUED = "queued", "Queued"
+    SCHEDULED = "scheduled", "Scheduled"
+    PROVISIONING = "provisioning", "Provisioning"
+    ACTIVE = "active", "Active"
+    RELEASING = "releasing", "Releasing"
+    ENDED = "ended", "Ended"
+    REJECTED = "rejected", "Rejected"
+    CANCELLED = "cancelled", "Cancelled"
+    FAILED = "failed", "Failed"
+    PREEMPTED = "preempted", "Preempted"
+    EXPIRED = "expired", "Expired"
+
+
+class Lease(models.Model):
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="leases")
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
+                                   null=True, blank=True, related_name="+")
+    name = models.CharField(max_length=100, blank=True)
+    tags = models.JSONField(default=dict, blank=True)
+    allowed_models = models.JSONField(default=list, help_text="acceptable GPU models")
+    gpu_model = models.CharField(max_length=32, blank=True, help_text="model placed on")
+    gpu_count = models.PositiveIntegerField(default=1, help_text="GPUs per node")
+    gpu_milli = models.PositiveIntegerField(default=1000, help_text="<1000: a share of one GPU")
+    nodes = models.PositiveIntegerField(default=1, help_text="gang size (nodes)")
+    locality = models.CharField(max_length=8, choices=Locality.choices, default=Locality.ANY)
+    locality_required = models.BooleanField(default=False)
+    priority = models.CharField(max_length=16, choices=Priority.choices,
+                                default=Priority.ON_DEMAND)
+    start_at = models.DateTimeField(help_text="requested start (UTC)")
+    end_at = models.DateTimeField(help_text="end (UTC), moved by extensions")
+    state = models.CharField(max_length=16, choices=LeaseState.choices,
+                             default=LeaseState.REQUESTED, db_index=True)
+    state_reason = models.CharField(max_length=300, blank=True)
+    wait_reason = models.CharField(max_length=32, blank=True)
+    earliest_start = models.DateTimeField(null=True, blank=True)
+    borrowed = models.BooleanField(default=False)
+    active_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    provision_deadline = models.DateTimeField(null=True, blank=True)
+    provision_attempts = models.PositiveSmallIntegerField(default=0)
+    provision_targets = models.JSONField(default=dict, blank=True,
+                                         help_text="node id -> desired generation to reach")
+    release_kind = models.CharField(max_length=16, blank=True,
+                                    help_text="final state once released: ended/expired/…")
+    warned_at = models.DateTimeField(null=True, blank=True)
+    queue_boost = models.IntegerField(default=0, help_text="operator prioritisation")
+    created = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created"]
+        indexes = [models.Index(fields=["tenant", "state"])]
+        constraints = [
+            models.CheckConstraint(condition=Q(end_at__gt=F("start_at")),
+                                   name="lease_end_after_start"),
+            models.CheckConstraint(condition=Q(gpu_count__gte=1) & Q(nodes__gte=1)
+                                   & Q(gpu_milli__gte=1) & Q(gpu_milli__lte=1000),
+                                   name="lease_positive_size"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name or f"lease {str(self.id)[:8]}"
+
+    @property
+    def total_gpus(self) -> float:
+        return self.gpu_count * self.nodes * self.gpu_milli / 1000
+
+    @property
+    def short_id(self) -> str:
+        return str(self.id)[:8]
+
+
+class LeaseEvent(models.Model):
+    """One row per state transition (and per notable event): who, when, why."""
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="events")
+    created = models.DateTimeField(auto_now_add=True)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16, blank=True)
+    kind = models.CharField(max_length=32, default="transition")
+    actor = models.CharField(max_length=150, default="system")
+    reason = models.CharField(max_length=300, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["created", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.lease_id} {self.from_state}->{self.to_state}"
+
+
+class Allocation(models.Model):
+    """One slot (an eighth) of one GPU held by a lease during ``[start_at, end_at)``.
+
+    On PostgreSQL an exclusion constraint (migration 0002) makes two live allocations of
+    the same GPU slot with overlapping periods impossible: no GPU is ever double-booked,
+    whatever races. ``live`` turns false when the lease releases it.
+    """
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="allocations")
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="allocations")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="allocations")
+    slot = models.PositiveSmallIntegerField()
+    start_at = models.DateTimeField()
+    end_at = models.DateTimeField()
+    live = models.BooleanField(default=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["gpu", "live"]), models.Index(fields=["lease", "live"])]
+        constraints = [
+            models.CheckConstraint(condition=Q(slot__lt=SLOTS_PER_GPU), name="allocation_slot"),
+            models.CheckConstraint(condition=Q(end_at__gt=F("start_at")),
+                                   name="allocation_period"),
+            models.UniqueConstraint(fields=["lease", "gpu", "slot"],
+                                    name="allocation_unique_per_lease"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lease_id} gpu {self.gpu_id}#{self.slot}"
+
+
+class IdempotencyKey(models.Model):
+    """Stripe-style idempotency for order creation, scoped per tenant."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64)
+    response_status = models.PositiveSmallIntegerField()
+    response_body = models.JSONField()
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "key"], name="idempotency_unique_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}:{self.key}"
