@@ -269,7 +269,9 @@ def _partition(v: _V, part: Any, pp: str, role: str) -> None:
     pkey = v.req(p, "pkey", str, pp)
     if pkey is not None and (not _PKEY_RE.match(pkey) or int(pkey, 16) & 0x7FFF in (0, 0x7FFF)):
         v.add(f"{pp}.pkey", "must be 0x + 4 lowercase hex digits, key bits not 0 or 0x7fff")
-    v.req(p, "name", str, pp)
+    name = v.req(p, "name", str, pp)
+    if name is not None and not re.match(r"^[A-Za-z0-9_]{1,64}$", name):
+        v.add(f"{pp}.name", "must match ^[A-Za-z0-9_]{1,64}$")
     v.req(p, "ipoib", bool, pp, optional=True)
     if role == "fabric":
         for i, m in enumerate(v.lst(p.get("members"), f"{pp}.members")):

@@ -157,15 +157,20 @@ class NodeAgent:
                            "spooled": len(self.spool)})  # fmt: skip
 
     def _after_ack(self, ack: dict[str, Any]) -> None:
-        generation = int(ack.get("desired_generation", 0))
-        if generation > self.applier.generation_applied:
-            self.poll_desired(wait_s=0)
-        if ack.get("rotate_credential"):
-            self._save_credential(self.client.rotate_credential())
+        try:
+            generation = int(ack.get("desired_generation", 0))
+            if generation > self.applier.generation_applied:
+                # also retries a generation whose apply failed (idempotent), once per ack
+                self.poll_desired(wait_s=0, after=self.applier.generation_applied)
+            if ack.get("rotate_credential"):
+                self._save_credential(self.client.rotate_credential())
+        except PortalError as exc:  # retried on the next ack / long-poll
+            log.warning("follow-up after ack failed", extra={"error": str(exc)})
 
-    def poll_desired(self, wait_s: int) -> bool:
+    def poll_desired(self, wait_s: int, after: int | None = None) -> bool:
         """Fetch (long-poll) the desired state; apply it if newer. True if applied."""
-        desired = self.client.desired_state(self.applier.generation_seen, wait_s)
+        since = self.applier.generation_seen if after is None else after
+        desired = self.client.desired_state(since, wait_s)
         if desired is None:
             return False
         problems = protocol.validate_desired_state(desired, self.s.role)
@@ -181,7 +186,11 @@ class NodeAgent:
                                  name="desired-state-long-poll")  # fmt: skip
         waker.start()
         while not stop.is_set():
-            delay = self.tick()
+            try:
+                delay = self.tick()
+            except Exception:  # a bug in one step must not stop the agent
+                log.exception("tick failed")
+                delay = 1.0
             if self.wake.wait(timeout=min(delay, 1.0)):
                 continue
         waker.join(timeout=2)

@@ -141,3 +141,50 @@ def test_simulator_against_loopback_portal(tmp_path: Path, capsys: pytest.Captur
     assert result["reports_sent"] >= 12
     assert len(portal.nodes) == 12
     assert {n.hostname for n in portal.nodes.values()} == {f"sim-node-{i:04d}" for i in range(1, 13)}
+
+
+def test_fabric_daemon_applies_partition_map(tmp_path: Path) -> None:
+    portal = FakePortal()
+    server = serve(portal)
+    cfg = tmp_path / "fabric.toml"
+    cfg.write_text(f"""
+[portal]
+url = "http://127.0.0.1:{server.server_address[1]}"
+bootstrap_token = "{portal.issue_bootstrap_token()}"
+[agent]
+state_dir = "{tmp_path / 'state'}"
+sample_interval_s = 0.3
+report_interval_s = 0.3
+long_poll_s = 1
+[hardware]
+sysfs_root = "{tmp_path / 'sys'}"
+[fabric]
+driver = "fake"
+""")
+    proc = subprocess.Popen([sys.executable, "-m", "agents", "fabric", "--config", str(cfg)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not portal.nodes and time.monotonic() < deadline:
+            time.sleep(0.1)
+        node = next(iter(portal.nodes.values()))
+        assert node.role == "fabric"
+        gen = portal.set_desired(node.node_id, partitions=[
+            {"name": "tenant_a", "pkey": "0x0101", "ipoib": True,
+             "members": [{"guid": "0x0000000000100009", "membership": "full"}]}])
+        while time.monotonic() < deadline:
+            if node.reports and node.reports[-1]["observed"]["generation_applied"] == gen:
+                break
+            time.sleep(0.1)
+        observed = node.reports[-1]["observed"]
+        assert observed["generation_applied"] == gen
+        assert observed["manager"] == "fake"
+        assert observed["drift"] == []
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        server.shutdown()
+    assert proc.returncode == 0

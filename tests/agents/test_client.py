@@ -296,3 +296,28 @@ def test_error_body_shape() -> None:
     assert json.loads(json.dumps(body)) == {
         "error": {"code": "invalid_report", "message": "1 problem(s)",
                   "details": [{"field": "seq", "problem": "x"}]}}
+
+
+def test_failed_apply_is_retried_on_next_ack(tmp_path: Path) -> None:
+    portal, clock = FakePortal(), FakeClock()
+    agent, _, _ = make_agent(tmp_path, portal, clock, token=portal.issue_bootstrap_token())
+    agent.tick()
+    node = portal.node_by_hostname("gpu-node-01")
+    access = agent.applier.access
+    real_apply = access.apply
+    fail = {"n": 2}
+
+    def flaky(grant):  # type: ignore[no-untyped-def]
+        if fail["n"] > 0:
+            fail["n"] -= 1
+            raise OSError("disk full")
+        real_apply(grant)
+
+    access.apply = flaky
+    gen = portal.set_desired(node.node_id, partitions=[], access_grants=[
+        {"lease_id": "ls_9", "account": "lease-9", "gpu_indices": [0]}])
+    run_for(agent, clock, 60)
+    observed = node.reports[-1]["observed"]
+    assert observed["generation_applied"] == gen
+    assert observed["apply_errors"] == []
+    assert any(r["observed"]["apply_errors"] for r in node.reports)
