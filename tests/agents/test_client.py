@@ -315,7 +315,7 @@ def test_failed_apply_is_retried_on_next_ack(tmp_path: Path) -> None:
 
     access.apply = flaky
     gen = portal.set_desired(node.node_id, partitions=[], access_grants=[
-        {"lease_id": "ls_9", "account": "lease-9", "gpu_indices": [0]}])
+        {"lease_id": "ls_9", "account": "lease-9", "gpu_indices": [0], "ssh_authorized_keys": []}])
     run_for(agent, clock, 60)
     observed = node.reports[-1]["observed"]
     assert observed["generation_applied"] == gen
