@@ -64,6 +64,8 @@ INSTALLED_APPS = [
     "portal.inventory",
     "portal.fleet",
     "portal.leasing",
+    "portal.billing",
+    "portal.console",
 ]
 
 MIDDLEWARE = [
