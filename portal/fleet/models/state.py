@@ -74,3 +74,17 @@ class TenantPartition(models.Model):
     @property
     def pkey_hex(self) -> str:
         return f"0x{self.pkey:04x}"
+
+
+class FabricObservedState(models.Model):
+    """What the fabric manager last reported: generation applied and partition drift."""
+
+    name = models.CharField(max_length=100, unique=True, default="default")
+    generation_applied = models.PositiveBigIntegerField(default=0)
+    manager = models.CharField(max_length=32, blank=True)
+    drift = models.JSONField(default=list)
+    document = models.JSONField(default=dict)
+    updated = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"fabric {self.name} observed gen {self.generation_applied}"

@@ -1,0 +1,18 @@
+"""Fleet models: agents and their credentials, desired/observed state, telemetry, health."""
+
+from portal.fleet.models.agents import Agent, AgentCredential, AgentReport, BootstrapToken
+from portal.fleet.models.health import NodeHealth
+from portal.fleet.models.state import (
+    FabricDesiredState,
+    FabricObservedState,
+    NodeDesiredState,
+    NodeObservedState,
+    TenantPartition,
+)
+from portal.fleet.models.telemetry import GpuTelemetry, PortTelemetry, TelemetrySample
+
+__all__ = [
+    "Agent", "AgentCredential", "AgentReport", "BootstrapToken", "FabricDesiredState",
+    "FabricObservedState", "GpuTelemetry", "NodeDesiredState", "NodeHealth",
+    "NodeObservedState", "PortTelemetry", "TelemetrySample", "TenantPartition",
+]
