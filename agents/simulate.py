@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import json
+import os
 import random
 import signal
 import sys
@@ -25,7 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from agents.client.backoff import Backoff
+from agents.client.fakeportal import FakePortal
 from agents.client.portal import PortalClient
 from agents.host import HostCollector, write_fake_proc
 from agents.node.access import FakeAccess
@@ -40,7 +44,8 @@ from agents.telemetry import Sampler
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--portal", required=True, help="portal base URL")
+    p.add_argument("--portal", required=True,
+                   help="portal base URL, or 'fake:' for an in-process fake portal")
     p.add_argument("--nodes", type=int, default=10)
     p.add_argument("--bootstrap-token", default="",
                    help="enrolment token used by every node (issue it with >= N uses)")
@@ -74,10 +79,11 @@ class SimNode:
         return self.agent.tick()
 
 
-def build_node(index: int, args: argparse.Namespace, root: Path, token: str | None) -> SimNode:
+def build_node(index: int, args: argparse.Namespace, root: Path, token: str | None,
+               transport: httpx.BaseTransport | None = None) -> SimNode:  # fmt: skip
     hostname = f"{args.hostname_prefix}{index:04d}"
     base = root / hostname
-    writer = FakeSysfsWriter(base / "sys")
+    writer = FakeSysfsWriter(base / "sys", pkey_table_size=16)
     for hca in gpu_node_hcas(index, args.hcas):
         hca.node_desc = f"{hostname} {hca.name}"
         writer.add(hca)
@@ -86,7 +92,7 @@ def build_node(index: int, args: argparse.Namespace, root: Path, token: str | No
     api.nvmlInit()
     ib = InfinibandCollector(base / "sys")
     sampler = Sampler(HostCollector(base / "proc"), ib, NvmlCollector(api))
-    client = PortalClient(args.portal)
+    client = PortalClient("http://fake.portal" if transport else args.portal, transport=transport)
     rng = random.Random(args.seed * 100_003 + index)
     settings = AgentSettings(state_dir=base / "state", bootstrap_token=token,
                              sample_interval_s=args.interval, report_interval_s=args.interval,
@@ -146,10 +152,17 @@ def run(args: argparse.Namespace, stop: threading.Event | None = None) -> int:
         signal.signal(signal.SIGINT, lambda *_: stop.set())
     tmp = None
     if args.state_dir is None:
-        tmp = tempfile.TemporaryDirectory(prefix="gpupool-sim-")
+        shm = "/dev/shm" if os.access("/dev/shm", os.W_OK) else None  # noqa: S108 (RAM: faster)
+        tmp = tempfile.TemporaryDirectory(prefix="gpupool-sim-", dir=shm)
         args.state_dir = Path(tmp.name)
+    transport = None
+    if args.portal == "fake:":
+        fake = FakePortal()
+        args.bootstrap_token = fake.issue_bootstrap_token(uses=args.nodes)
+        transport = fake.transport()
     tokens = _tokens(args)
-    nodes = [build_node(i + 1, args, args.state_dir, tokens[i]) for i in range(args.nodes)]
+    nodes = [build_node(i + 1, args, args.state_dir, tokens[i], transport)
+             for i in range(args.nodes)]  # fmt: skip
     started = time.monotonic()
     try:
         _loop(nodes, args, stop, started)

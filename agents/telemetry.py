@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from agents.host import HostCollector, HostSample
@@ -66,7 +66,7 @@ def to_wire(s: NodeSample) -> dict[str, Any]:
     """Telemetry item of protocol v1 (see docs/agent-protocol.md). Absent = not reported."""
     return {
         "ts": round(s.ts, 3),
-        "host": _drop_none(asdict(s.host)),
+        "host": _drop_none(dict(vars(s.host))),
         "gpu_system": _drop_none(
             {
                 "available": s.gpus.available,
@@ -75,9 +75,11 @@ def to_wire(s: NodeSample) -> dict[str, Any]:
                 "nvml_version": s.gpus.nvml_version,
             }
         ),
-        "gpus": [_drop_none(asdict(g)) for g in s.gpus.gpus],
+        "gpus": [_drop_none(dict(vars(g))) for g in s.gpus.gpus],
         "ib_ports": [_port_wire(d, p, s) for d in s.ib for p in d.ports],
-        "xid_events": [asdict(e) for e in s.xid_events],
+        "xid_events": [
+            {"gpu_uuid": e.gpu_uuid, "xid": e.xid, "ts": e.ts} for e in s.xid_events
+        ],
     }
 
 

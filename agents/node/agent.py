@@ -116,6 +116,9 @@ class NodeAgent:
         sample = self.sampler.sample()
         if self.on_sample is not None:
             self.on_sample(sample)
+        observe = getattr(self.applier, "observe_devices", None)
+        if observe is not None:
+            observe(sample.ib)
         self.pending.append(to_wire(sample))
         del self.pending[: -protocol.MAX_TELEMETRY_PER_REPORT]
 

@@ -8,7 +8,7 @@ from typing import Any
 from agents.node.access import AccessManager, Grant
 from agents.node.ipoib import IpoibManager
 from agents.node.partitions import check_partitions
-from agents.sysfs.infiniband import InfinibandCollector
+from agents.sysfs.infiniband import IbDevice, InfinibandCollector
 
 log = logging.getLogger("agents.node.apply")
 
@@ -21,6 +21,10 @@ class NodeApplier:
         self.generation_seen = 0
         self.desired: dict[str, Any] = {"partitions": [], "access_grants": []}
         self.errors: list[dict[str, str]] = []
+        self.last_devices: list[IbDevice] | None = None  # latest sample's, to avoid re-reading
+
+    def observe_devices(self, devices: list[IbDevice]) -> None:
+        self.last_devices = devices
 
     def apply(self, desired: dict[str, Any]) -> None:
         generation = int(desired["generation"])
@@ -77,7 +81,10 @@ class NodeApplier:
             "generation_applied": self.generation_applied,
             "generation_seen": self.generation_seen,
             "apply_errors": list(self.errors),
-            "partitions": check_partitions(self.ib.collect(), self.desired),
+            "partitions": check_partitions(
+                self.last_devices if self.last_devices is not None else self.ib.collect(),
+                self.desired,
+            ),
             "ipoib_children": children,
             "access_grants": [
                 {"account": a, "lease_id": lease, "state": "present"}

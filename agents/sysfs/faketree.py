@@ -80,9 +80,10 @@ def _write(path: Path, text: str) -> None:
 class FakeSysfsWriter:
     """Owns a fake sysfs root; write devices, then bump counters between samples."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, pkey_table_size: int = PKEY_TABLE_SIZE) -> None:
         self.root = Path(root)
         self.hcas: dict[str, FakeHca] = {}
+        self.pkey_table_size = pkey_table_size
 
     def add(self, hca: FakeHca) -> None:
         self.hcas[hca.name] = hca
@@ -110,8 +111,9 @@ class FakeSysfsWriter:
         _write(p / "lid_mask_count", "0\n")
         _write(p / "link_layer", port.link_layer + "\n")
         _write(p / "gids" / "0", format_gid(port.port_guid) + "\n")
-        table = [*port.pkeys, *([0] * (PKEY_TABLE_SIZE - len(port.pkeys)))]
-        for i, key in enumerate(table[:PKEY_TABLE_SIZE]):
+        size = self.pkey_table_size
+        table = [*port.pkeys, *([0] * (size - len(port.pkeys)))]
+        for i, key in enumerate(table[:size]):
             _write(p / "pkeys" / str(i), f"0x{key:04x}\n")
         names = list(FIXED_WIDTHS) + [
             n for n in sorted(EXTENDABLE) if hca.extended or n not in EXTENDED_ONLY
@@ -132,10 +134,11 @@ class FakeSysfsWriter:
         """Advance counters like hardware does (narrow counters stick at their max)."""
         hca = self.hcas[name]
         port = next(p for p in hca.ports if p.num == port_num)
+        counters = self.root / "class" / "infiniband" / name / "ports" / str(port_num) / "counters"
         for counter, delta in deltas.items():
             limit = counter_max(counter, hca.extended)
             port.counters[counter] = min(port.counters.get(counter, 0) + delta, limit)
-        self.write(name)
+            _write(counters / counter, self._counter_text(hca, port, counter))
 
     def set_pkeys(self, name: str, port_num: int, pkeys: list[int]) -> None:
         hca = self.hcas[name]
