@@ -5,9 +5,11 @@ from rest_framework.routers import SimpleRouter
 
 from portal.core.api.views import AuditLogViewSet
 from portal.inventory.api import views as inventory
+from portal.leasing.api import views as leasing
 from portal.tenants.api import views as tenants
 
-router = SimpleRouter(trailing_slash="/?")
+router = SimpleRouter()
+router.trailing_slash = "/?"  # accept both /leases and /leases/ (DRF's flag is a bool)
 router.register("tenants", tenants.TenantViewSet, basename="tenant")
 router.register(r"tenants/(?P<tenant_slug>[-a-zA-Z0-9_]+)/memberships",
                 tenants.MembershipViewSet, basename="membership")
@@ -17,9 +19,13 @@ router.register("gpus", inventory.GpuViewSet, basename="gpu")
 router.register("switches", inventory.SwitchViewSet, basename="switch")
 router.register("fabrics", inventory.FabricViewSet, basename="fabric")
 router.register("audit-log", AuditLogViewSet, basename="auditlog")
+router.register("leases", leasing.LeaseViewSet, basename="lease")
 
 urlpatterns = [
     path("me", tenants.MeView.as_view(), name="me"),
     path("capacity", inventory.CapacityView.as_view(), name="capacity"),
+    path("orders", leasing.OrderView.as_view(), name="order-create"),
+    path("orders/quote", leasing.QuoteView.as_view(), name="order-quote"),
+    path("quotas", leasing.QuotaView.as_view(), name="quota-usage"),
     path("", include(router.urls)),
 ]

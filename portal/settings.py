@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "portal.inventory",
     "portal.fleet",
     "portal.leasing",
+    "portal.web",
     "portal.billing",
     "portal.console",
 ]
@@ -138,12 +139,25 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+if not REDIS_URL:
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.05}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+RECONCILE_EVERY_S = float(os.environ.get("GPUPOOL_RECONCILE_EVERY_S", "5"))
+CELERY_BEAT_SCHEDULE = {
+    "reconcile-leases": {"task": "portal.leasing.tasks.reconcile",
+                         "schedule": RECONCILE_EVERY_S},
+}
+
+# --- gpupool ------------------------------------------------------------------------------
+# Simulated agents apply desired state at once (demo, tests); production runs real agents.
+GPUPOOL_SIMULATED_AGENTS = env_bool("GPUPOOL_SIMULATED_AGENTS", not PRODUCTION)
+GPUPOOL_PROVISION_TIMEOUT_S = int(os.environ.get("GPUPOOL_PROVISION_TIMEOUT_S", "120"))
+GPUPOOL_RELEASE_TIMEOUT_S = int(os.environ.get("GPUPOOL_RELEASE_TIMEOUT_S", "300"))
 
 # --- Auth ---------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [

@@ -37,3 +37,7 @@ def reset() -> None:
 
 def epoch(at: datetime) -> int:
     return int(at.timestamp())
+
+
+def timedelta_s(seconds: float) -> timedelta:
+    return timedelta(seconds=seconds)

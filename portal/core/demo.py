@@ -7,6 +7,7 @@ from django.db import transaction
 
 from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Node
+from portal.leasing.models import Quota
 from portal.tenants.models import Membership, Role, Tenant
 
 DEMO_PASSWORD = "gpupool-demo"
@@ -36,6 +37,11 @@ def seed() -> bool:
     tenants = {slug: Tenant.objects.create(slug=slug, name=name, currency=currency,
                                            contact_email=f"ops@{slug}.example")
                for slug, name, currency in DEMO_TENANTS}
+    for slug, h100, a100 in (("acme", 128, 16), ("lotus", 64, 16)):
+        Quota.objects.create(tenant=tenants[slug], gpu_model="H100", max_gpus=h100,
+                             guaranteed_gpus=h100 // 4, gpu_hour_budget=50000)
+        Quota.objects.create(tenant=tenants[slug], gpu_model="A100", max_gpus=a100,
+                             guaranteed_gpus=0, gpu_hour_budget=10000)
     user_model = get_user_model()
     for username, slug, role in DEMO_USERS:
         user = user_model.objects.create_user(username=username, email=f"{username}@example.com",

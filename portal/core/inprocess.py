@@ -24,3 +24,23 @@ def start_worker_thread() -> threading.Thread:
     thread.start()
     log.info("in-process Celery worker started (broker %s)", app.conf.broker_url)
     return thread
+
+
+def start_beat_thread(every_s: float) -> threading.Thread:
+    """A tiny beat for the demo: enqueue each periodic task on its interval."""
+    import time
+
+    from django.conf import settings
+
+    def loop() -> None:
+        while True:
+            time.sleep(every_s)
+            for entry in settings.CELERY_BEAT_SCHEDULE.values():
+                try:
+                    app.send_task(entry["task"])
+                except Exception:
+                    log.exception("demo beat could not enqueue %s", entry["task"])
+
+    thread = threading.Thread(target=loop, name="celery-beat-inprocess", daemon=True)
+    thread.start()
+    return thread

@@ -17,7 +17,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     S.SCHEDULED: frozenset({S.PROVISIONING, S.CANCELLED, S.QUEUED, S.PREEMPTED, S.FAILED}),
     S.PROVISIONING: frozenset({S.ACTIVE, S.QUEUED, S.FAILED, S.RELEASING, S.CANCELLED}),
     S.ACTIVE: frozenset({S.RELEASING}),
-    S.RELEASING: frozenset({S.ENDED, S.EXPIRED, S.PREEMPTED, S.FAILED}),
+    S.RELEASING: frozenset({S.ENDED, S.EXPIRED, S.PREEMPTED, S.FAILED, S.CANCELLED}),
     S.ENDED: frozenset(),
     S.REJECTED: frozenset(),
     S.CANCELLED: frozenset(),

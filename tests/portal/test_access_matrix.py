@@ -7,15 +7,18 @@ belong to tenant ``a`` (or to a-admin), so ``other`` must get 404 and no foreign
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.urls import URLPattern, URLResolver, reverse
+from django.utils import timezone
 
 from portal import api_urls
 from portal.core.services import audit_record
 from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Gpu
+from portal.leasing.models import Lease, LeaseState
 from portal.tenants.models import Membership, Role
 from portal.tenants.services import api_key_create
 from tests.portal.factories import add_member, client_for, make_tenant, make_user
@@ -24,6 +27,7 @@ ROLES = ["anon", "other", "viewer", "member", "admin", "staff"]
 A = 401, 404, 200, 200, 200, 200  # readable by anyone in tenant a
 STAFF_ONLY = 401, 403, 403, 403, 403, 200
 ANY_USER = 401, 200, 200, 200, 200, 200
+ORDER = {"models": ["H100"], "gpu_count": 1, "duration_hours": 1}
 
 
 def _row(*codes: int) -> dict[str, int]:
@@ -61,6 +65,18 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, int]]] = {
     ("fabric-list", "GET"): ("none", {}, _row(*STAFF_ONLY)),
     ("auditlog-list", "GET"): ("none", {}, _row(*ANY_USER)),
     ("auditlog-detail", "GET"): ("audit", {}, _row(401, 404, 404, 404, 200, 200)),
+    # leasing: staff have no active tenant unless they pick one (404 "no tenant selected")
+    ("order-create", "POST"): ("none", ORDER, _row(401, 201, 403, 201, 201, 404)),
+    ("order-quote", "POST"): ("none", ORDER, _row(401, 200, 200, 200, 200, 404)),
+    ("quota-usage", "GET"): ("none", {}, _row(401, 200, 200, 200, 200, 404)),
+    ("lease-list", "GET"): ("none", {}, _row(*ANY_USER)),
+    ("lease-detail", "GET"): ("lease", {}, _row(*A)),
+    ("lease-events", "GET"): ("lease", {}, _row(*A)),
+    ("lease-connection", "GET"): ("lease", {}, _row(*A)),
+    ("lease-cancel", "POST"): ("lease", {}, _row(401, 404, 403, 200, 200, 200)),
+    ("lease-release", "POST"): ("active_lease", {}, _row(401, 404, 403, 200, 200, 200)),
+    ("lease-extend", "POST"): ("active_lease", {"end_at": "2099-01-01T00:00:00Z"},
+                               _row(401, 404, 403, 200, 200, 200)),
 }
 
 SKIP_METHODS = {"HEAD", "OPTIONS"}
@@ -110,7 +126,15 @@ def world(db: Any) -> dict[str, Any]:
     entry = audit_record(actor=users["admin"], action="test.secret", tenant=a,
                          changes={"secret": "tenant-a-only"})
     audit_record(actor=users["other"], action="test.b", tenant=b)
+    now = timezone.now()
+    lease = Lease.objects.create(tenant=a, name="a-lease-secret", allowed_models=["H100"],
+                                 start_at=now, end_at=now + timedelta(hours=1),
+                                 state=LeaseState.QUEUED)
+    active = Lease.objects.create(tenant=a, name="a-active-secret", allowed_models=["H100"],
+                                  gpu_model="H100", start_at=now, active_at=now,
+                                  end_at=now + timedelta(hours=1), state=LeaseState.ACTIVE)
     return {"users": users, "a": a, "b": b, "key": key, "membership": victim, "audit": entry,
+            "lease": lease, "active_lease": active,
             "node": "gpu-node-0001", "gpu": Gpu.objects.order_by("pk").first()}
 
 
@@ -124,6 +148,8 @@ def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "node": {"hostname": w["node"]},
         "gpu": {"pk": w["gpu"].pk},
         "audit": {"pk": w["audit"].pk},
+        "lease": {"pk": w["lease"].pk},
+        "active_lease": {"pk": w["active_lease"].pk},
     }[kind]
 
 
@@ -140,14 +166,17 @@ def test_access(world: dict[str, Any], name: str, method: str, role: str) -> Non
     text = response.content.decode()
     if role == "other":
         assert "tenant-a-only" not in text and "a-admin" not in text
+        assert "a-lease-secret" not in text and "a-active-secret" not in text
         if response.status_code == 404:
             assert '"a"' not in text
 
 
-@pytest.mark.parametrize("name", ["tenant-list", "apikey-list", "auditlog-list", "me"])
+@pytest.mark.parametrize("name", ["tenant-list", "apikey-list", "auditlog-list", "me",
+                                  "lease-list", "quota-usage"])
 def test_lists_hold_no_foreign_rows(world: dict[str, Any], name: str) -> None:
     response = client_for(world["users"]["other"]).get(reverse(name))
     text = response.content.decode()
     assert response.status_code == 200
-    for foreign in ("tenant-a-only", "a-admin", "a-key", '"slug":"a"', "test.secret"):
+    for foreign in ("tenant-a-only", "a-admin", "a-key", '"slug":"a"', "test.secret",
+                    "a-lease-secret", "a-active-secret"):
         assert foreign not in text

@@ -26,9 +26,10 @@ class Command(BaseCommand):
         if opts["no_serve"]:
             return
         if not settings.REDIS_URL:
-            from portal.core.inprocess import start_worker_thread
+            from portal.core.inprocess import start_beat_thread, start_worker_thread
 
             start_worker_thread()
+            start_beat_thread(settings.RECONCILE_EVERY_S)
         url = f"http://{opts['host']}:{opts['port']}/"
         logins = ", ".join(u for u, _, _ in demo.DEMO_USERS)
         self.stdout.write(self.style.SUCCESS(

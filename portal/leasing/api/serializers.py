@@ -1,0 +1,104 @@
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from portal.leasing.models import Lease, LeaseEvent, Locality, Priority
+
+
+class OrderSerializer(serializers.Serializer[None]):
+    """An order: N GPUs (or a fraction of one) of some model(s), for a time window."""
+
+    models = serializers.ListField(child=serializers.CharField(max_length=32), required=False,
+                                   default=list, max_length=16,
+                                   help_text="acceptable models; empty = any")
+    gpu_count = serializers.IntegerField(min_value=1, max_value=16, default=1,
+                                         help_text="GPUs per node")
+    gpu_milli = serializers.IntegerField(min_value=125, max_value=1000, default=1000,
+                                         help_text="<1000: that share of one GPU (steps of 125)")
+    nodes = serializers.IntegerField(min_value=1, max_value=512, default=1,
+                                     help_text="gang size: nodes × gpu_count, all or nothing")
+    locality = serializers.ChoiceField(choices=Locality.choices, default=Locality.ANY)
+    locality_required = serializers.BooleanField(default=False)
+    priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.ON_DEMAND)
+    start_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    duration_hours = serializers.DecimalField(max_digits=8, decimal_places=2, required=False,
+                                              allow_null=True, default=None, min_value=0)
+    end_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    name = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
+    tags = serializers.DictField(child=serializers.CharField(max_length=200), required=False,
+                                 default=dict)
+
+    def validate_tags(self, value: dict[str, str]) -> dict[str, str]:
+        if len(value) > 32 or any(len(k) > 64 for k in value):
+            raise serializers.ValidationError("At most 32 tags, keys up to 64 characters.")
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if attrs.get("duration_hours") is None and attrs.get("end_at") is None:
+            raise serializers.ValidationError(
+                {"duration_hours": ["Give a duration or an end."]})
+        return attrs
+
+
+class LeaseSerializer(serializers.ModelSerializer[Lease]):
+    tenant = serializers.CharField(source="tenant.slug", read_only=True)
+    total_gpus = serializers.FloatField(read_only=True)
+    models = serializers.ListField(source="allowed_models", child=serializers.CharField(),
+                                   read_only=True)
+
+    class Meta:
+        model = Lease
+        fields = ["id", "name", "tenant", "state", "state_reason", "wait_reason",
+                  "earliest_start", "gpu_model", "models", "gpu_count", "gpu_milli", "nodes",
+                  "total_gpus", "locality", "locality_required", "priority", "start_at",
+                  "end_at", "active_at", "ended_at", "created", "tags"]
+        read_only_fields = fields
+
+
+class LeaseEventSerializer(serializers.ModelSerializer[LeaseEvent]):
+    class Meta:
+        model = LeaseEvent
+        fields = ["created", "kind", "from_state", "to_state", "actor", "reason", "data"]
+        read_only_fields = fields
+
+
+class ExtendSerializer(serializers.Serializer[None]):
+    end_at = serializers.DateTimeField()
+
+
+class ReasonSerializer(serializers.Serializer[None]):
+    reason = serializers.CharField(max_length=300, required=False, default="", allow_blank=True)
+
+
+class QuoteSerializer(serializers.Serializer[None]):
+    price = serializers.DecimalField(max_digits=14, decimal_places=2)
+    currency = serializers.CharField()
+    placeable_now = serializers.BooleanField()
+    earliest_start = serializers.DateTimeField(allow_null=True)
+    reason = serializers.CharField(allow_null=True)
+    fits_quota = serializers.BooleanField()
+    fits_budget = serializers.BooleanField()
+    model = serializers.CharField(allow_null=True)
+    alternatives = serializers.ListField(child=serializers.DictField())
+    messages = serializers.ListField(child=serializers.CharField())
+
+
+class QuotaUsageSerializer(serializers.Serializer[None]):
+    gpu_model = serializers.CharField(allow_null=True)
+    max_gpus = serializers.IntegerField()
+    guaranteed_gpus = serializers.IntegerField()
+    in_use_gpus = serializers.DecimalField(max_digits=10, decimal_places=3, allow_null=True)
+    gpu_hour_budget = serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True)
+    gpu_hours_this_month = serializers.DecimalField(max_digits=14, decimal_places=2)
+    max_lease_hours = serializers.IntegerField()
+    max_pending_orders = serializers.IntegerField()
+    allow_spot = serializers.BooleanField()
+    allow_borrowing = serializers.BooleanField()
+
+
+class ConnectionSerializer(serializers.Serializer[None]):
+    account = serializers.CharField()
+    pkey = serializers.CharField(allow_null=True)
+    nodes = serializers.ListField(child=serializers.DictField())

@@ -1,0 +1,80 @@
+"""What each node (and the fabric manager) must look like, derived from live leases."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from portal.fleet import services as fleet
+from portal.inventory.models import HcaPort, Node
+from portal.leasing.models import Allocation, Lease, LeaseState
+from portal.tenants.models import Membership, SshPublicKey, Tenant
+
+# Leases whose users must have access and whose tenant partition must include the node.
+GRANTING = (LeaseState.PROVISIONING, LeaseState.ACTIVE)
+
+
+def _tenant_keys(tenant: Tenant) -> list[str]:
+    users = Membership.objects.filter(tenant=tenant).values("user_id")
+    return [k.public_key for k in SshPublicKey.objects.filter(user_id__in=users)
+            .order_by("user_id", "name")]
+
+
+def _grants(node: Node) -> tuple[list[dict[str, Any]], set[int]]:
+    rows = (Allocation.objects.filter(node=node, live=True, lease__state__in=GRANTING)
+            .select_related("lease__tenant", "gpu").order_by("lease_id", "gpu__index"))
+    per_lease: dict[Any, dict[str, Any]] = {}
+    tenants: set[int] = set()
+    keys: dict[Any, list[str]] = {}
+    for row in rows:
+        lease = row.lease
+        if lease.tenant_id not in keys:
+            keys[lease.tenant_id] = _tenant_keys(lease.tenant)
+        grant = per_lease.setdefault(lease.pk, {
+            "lease_id": f"ls_{lease.pk.hex[:16]}", "account": f"lease-{lease.pk.hex[:12]}",
+            "gpu_indices": [], "gpu_uuids": [], "ssh_authorized_keys": keys[lease.tenant_id],
+            "expires_at": lease.end_at.isoformat()})
+        if row.gpu.index not in grant["gpu_indices"]:
+            grant["gpu_indices"].append(row.gpu.index)
+            grant["gpu_uuids"].append(row.gpu.uuid)
+        tenants.add(lease.tenant_id)
+    return list(per_lease.values()), tenants
+
+
+def _partition_entry(tenant: Tenant, port_guids: list[str]) -> dict[str, Any]:
+    partition = fleet.partition_for_tenant(tenant=tenant)
+    return {"name": f"tenant_{tenant.slug.replace('-', '_')}"[:64],
+            "pkey": f"0x{partition.pkey:04x}", "membership": "full", "ipoib": True,
+            "port_guids": port_guids}
+
+
+def push_node(node: Node) -> int:
+    """Write the node's complete desired state; returns the generation to wait for."""
+    grants, tenant_ids = _grants(node)
+    ports = list(HcaPort.objects.filter(node=node).order_by("port_guid")
+                 .values_list("port_guid", flat=True))
+    partitions = [_partition_entry(t, ports)
+                  for t in Tenant.objects.filter(pk__in=tenant_ids).order_by("slug")]
+    return fleet.node_desired_set(node=node, partitions=partitions, access_grants=grants)
+
+
+def push_fabric() -> int:
+    """The partition map: each tenant with granting leases ↔ the HCA ports of their nodes."""
+    members: dict[int, set[str]] = defaultdict(set)
+    for tenant_id, guid in (Allocation.objects.filter(live=True, lease__state__in=GRANTING)
+                            .values_list("lease__tenant_id", "node__hca_ports__port_guid")
+                            .distinct()):
+        if guid:
+            members[tenant_id].add(guid)
+    partitions = []
+    for tenant in Tenant.objects.filter(pk__in=members).order_by("slug"):
+        entry = _partition_entry(tenant, [])
+        partitions.append({"name": entry["name"], "pkey": entry["pkey"], "ipoib": True,
+                           "members": [{"guid": g, "membership": "full"}
+                                       for g in sorted(members[tenant.pk])]})
+    return fleet.fabric_desired_set(partitions=partitions)
+
+
+def lease_nodes(lease: Lease) -> list[Node]:
+    ids = Allocation.objects.filter(lease=lease).values("node_id").distinct()
+    return list(Node.objects.filter(pk__in=ids).order_by("hostname"))

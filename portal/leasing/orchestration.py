@@ -1,0 +1,368 @@
+"""The lease lifecycle after an order: place, provision, activate, release, expire.
+
+Every step is one transaction on locked rows that first checks whether it is still needed,
+so Celery's at-least-once delivery, a killed worker or a lost Redis only delay a step; the
+reconciler (``reconcile``) finds anything in a transitional state and drives it again.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+
+from portal.core import clock
+from portal.fleet import selectors as fleet_selectors
+from portal.inventory.models import Gpu
+from portal.leasing import allocation, desired, notify, states
+from portal.leasing.models import MILLI_PER_SLOT, SLOTS_PER_GPU, Allocation, Lease
+from portal.leasing.models import LeaseState as S
+from portal.leasing.quotas import gpus_held, quota_for
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_LOCK = 0x67707570  # "gpup": transaction-scoped advisory lock id
+PASS_LIMIT = 500
+START_SLACK = timedelta(seconds=30)
+
+
+def _setting(name: str, default: float) -> float:
+    return float(getattr(settings, name, default))
+
+
+def provision_timeout() -> timedelta:
+    return timedelta(seconds=_setting("GPUPOOL_PROVISION_TIMEOUT_S", 120))
+
+
+def release_timeout() -> timedelta:
+    return timedelta(seconds=_setting("GPUPOOL_RELEASE_TIMEOUT_S", 300))
+
+
+MAX_PROVISION_ATTEMPTS = 2
+
+
+def single_flight() -> None:
+    """Serialise scheduling passes: a transaction-scoped advisory lock on PostgreSQL.
+
+    (SQLite, the demo's database, takes its write lock at BEGIN IMMEDIATE instead.)
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SCHEDULE_LOCK])
+
+
+def after_commit_schedule() -> None:
+    from portal.leasing import tasks
+
+    tasks.request_schedule_pass_on_commit()
+
+
+# --- placing ------------------------------------------------------------------------------
+
+def run_schedule_pass() -> dict[str, int]:
+    """Place what can be placed now; record why the rest waits. Single-flight."""
+    with transaction.atomic():
+        single_flight()
+        now = clock.now()
+        queue = list(Lease.objects.select_for_update(skip_locked=True)
+                     .filter(state=S.QUEUED).select_related("tenant")
+                     .order_by("-queue_boost", "created")[:PASS_LIMIT])
+        if not queue:
+            return {"queued": 0, "placed": 0}
+        result = allocation.schedule(queue, now)
+        leases = {str(lease.id): lease for lease in queue}
+        placed = 0
+        for decision in result.decisions:
+            lease = leases[decision.request_id]
+            if isinstance(decision, allocation.Placement):
+                placed += _try_place(lease, decision, now)
+            else:
+                _note_wait(lease, decision.reason.value, decision.earliest_start)
+        return {"queued": len(queue), "placed": placed}
+
+
+def _note_wait(lease: Lease, reason: str, earliest: int | None) -> None:
+    when = allocation.from_epoch(earliest)
+    if lease.wait_reason != reason or lease.earliest_start != when:
+        lease.wait_reason, lease.earliest_start = reason, when
+        lease.save(update_fields=["wait_reason", "earliest_start", "updated"])
+
+
+def _try_place(lease: Lease, placement: allocation.Placement, now: datetime) -> int:
+    try:
+        with transaction.atomic():
+            if not _quota_allows(lease, placement):
+                _note_wait(lease, "quota", None)
+                return 0
+            _write_allocations(lease, placement)
+            _preempt(placement.victims, by=lease)
+            _mark_placed(lease, placement, now)
+            return 1
+    except (IntegrityError, SlotConflict) as exc:
+        log.warning("placement of %s lost a race (%s); it stays queued", lease.pk, exc)
+        return 0
+
+
+def _quota_allows(lease: Lease, placement: allocation.Placement) -> bool:
+    """Nova's recheck: the quota inside the allocating transaction."""
+    quota = quota_for(lease.tenant, placement.model)
+    if quota is None:
+        return True
+    start, end = allocation.from_epoch(placement.start), allocation.from_epoch(placement.end)
+    assert start is not None and end is not None
+    held = gpus_held(lease.tenant, placement.model, start, end)
+    return held + Decimal(str(lease.total_gpus)) <= quota.max_gpus
+
+
+class SlotConflict(Exception):
+    pass
+
+
+def _write_allocations(lease: Lease, placement: allocation.Placement) -> None:
+    start = allocation.from_epoch(placement.start)
+    end = allocation.from_epoch(placement.end)
+    assert start is not None and end is not None
+    rows = []
+    for part in placement.parts:
+        gpus = {g.index: g for g in Gpu.objects.filter(node__hostname=part.node)}
+        for index, milli in part.gpus:
+            gpu = gpus[index]
+            rows += [Allocation(lease=lease, gpu=gpu, node_id=gpu.node_id, slot=slot,
+                                start_at=start, end_at=end)
+                     for slot in _free_slots(gpu, start, end, -(-milli // MILLI_PER_SLOT))]
+    Allocation.objects.bulk_create(rows)
+    lease.start_at, lease.end_at = start, end
+
+
+def _free_slots(gpu: Gpu, start: datetime, end: datetime, wanted: int) -> list[int]:
+    used = set(Allocation.objects.filter(gpu=gpu, live=True, start_at__lt=end, end_at__gt=start)
+               .values_list("slot", flat=True))
+    free = [s for s in range(SLOTS_PER_GPU) if s not in used]
+    if len(free) < wanted:
+        raise SlotConflict(f"GPU {gpu.pk} has {len(free)} free slots, {wanted} wanted")
+    return free[:wanted]
+
+
+def _mark_placed(lease: Lease, placement: allocation.Placement, now: datetime) -> None:
+    lease.gpu_model, lease.borrowed = placement.model, placement.borrowed
+    lease.wait_reason, lease.earliest_start = "", None
+    data = {"nodes": list(placement.nodes), "model": placement.model,
+            "score": dict(placement.score)}
+    fields = ("start_at", "end_at", "gpu_model", "borrowed", "wait_reason", "earliest_start")
+    if lease.start_at > now + START_SLACK:
+        states.transition(lease, S.SCHEDULED, reason="reserved for a later start", data=data,
+                          fields=fields)
+    else:
+        _start_provisioning(lease, now, fields=fields, data=data)
+    notify.lease_changed(lease)
+
+
+def _preempt(victims: tuple[str, ...], *, by: Lease) -> None:
+    for victim in Lease.objects.select_for_update().filter(pk__in=list(victims)):
+        Allocation.objects.filter(lease=victim, live=True).update(live=False)
+        begin_release(victim, kind=S.PREEMPTED, reason=f"preempted by {by.short_id}")
+
+
+# --- provisioning -------------------------------------------------------------------------
+
+def _start_provisioning(lease: Lease, now: datetime, *, fields: tuple[str, ...] = (),
+                        data: dict[str, object] | None = None) -> None:
+    lease.provision_deadline = now + provision_timeout()
+    lease.provision_targets = {}
+    states.transition(lease, S.PROVISIONING, reason="placed", data=data,
+                      fields=(*fields, "provision_deadline", "provision_targets"))
+    lease_id = lease.pk
+    transaction.on_commit(lambda: _enqueue("provision", lease_id))
+
+
+def _enqueue(step: str, lease_id: object) -> None:
+    from portal.leasing import tasks
+
+    tasks.enqueue_step(step, str(lease_id))
+
+
+def _push(lease: Lease) -> dict[str, int]:
+    targets = {str(node.pk): desired.push_node(node) for node in desired.lease_nodes(lease)}
+    targets["fabric"] = desired.push_fabric()
+    if settings.GPUPOOL_SIMULATED_AGENTS:
+        from portal.leasing import tasks
+
+        node_ids = [k for k in targets if k != "fabric"]
+        transaction.on_commit(lambda: tasks.simulate_agents_on_commit(node_ids))
+    return targets
+
+
+def _converged(targets: dict[str, int]) -> bool:
+    from portal.inventory.models import Node
+
+    nodes = {str(n.pk): n for n in Node.objects.filter(
+        pk__in=[k for k in targets if k != "fabric"])}
+    return all(fleet_selectors.node_converged(node=nodes[k], generation=g)
+               for k, g in targets.items() if k != "fabric" and k in nodes)
+
+
+def _lock(lease_id: object) -> Lease | None:
+    return (Lease.objects.select_for_update().select_related("tenant")
+            .filter(pk=lease_id).first())
+
+
+def provision(lease_id: object) -> None:
+    """Write the desired state for the lease's nodes and the fabric (idempotent)."""
+    with transaction.atomic():
+        lease = _lock(lease_id)
+        if lease is None or lease.state != S.PROVISIONING or lease.provision_targets:
+            return
+        lease.provision_targets = _push(lease)
+        lease.save(update_fields=["provision_targets", "updated"])
+
+
+def check_provisioned(lease_id: object) -> None:
+    with transaction.atomic():
+        lease = _lock(lease_id)
+        if lease is None or lease.state != S.PROVISIONING or not lease.provision_targets:
+            return
+        now = clock.now()
+        if _converged(lease.provision_targets):
+            lease.active_at = now
+            states.transition(lease, S.ACTIVE, reason="all nodes converged",
+                              fields=("active_at",))
+            notify.lease_changed(lease)
+        elif lease.provision_deadline and now > lease.provision_deadline:
+            _provision_timed_out(lease)
+
+
+def _provision_timed_out(lease: Lease) -> None:
+    lease.provision_attempts += 1
+    Allocation.objects.filter(lease=lease, live=True).update(live=False)
+    if lease.provision_attempts < MAX_PROVISION_ATTEMPTS:
+        lease.provision_targets = {}
+        states.transition(lease, S.QUEUED, reason="nodes did not converge; retrying elsewhere",
+                          fields=("provision_attempts", "provision_targets"))
+        _push_nodes_of(lease)
+        after_commit_schedule()
+    else:
+        lease.release_kind = S.FAILED
+        lease.ended_at = clock.now()
+        states.transition(lease, S.RELEASING, reason="provisioning failed",
+                          fields=("provision_attempts", "release_kind", "ended_at"))
+        lease.provision_targets = {}
+        lease.save(update_fields=["provision_targets"])
+        transaction.on_commit(lambda: _enqueue("teardown", lease.pk))
+    notify.lease_changed(lease)
+
+
+def _push_nodes_of(lease: Lease) -> None:
+    for node in desired.lease_nodes(lease):
+        desired.push_node(node)
+    desired.push_fabric()
+
+
+# --- releasing ----------------------------------------------------------------------------
+
+def begin_release(lease: Lease, *, kind: str, actor: str = "system", reason: str = "") -> None:
+    """ACTIVE/PROVISIONING → RELEASING; billing stops now; teardown follows on commit."""
+    lease.release_kind = kind
+    if lease.active_at is not None and lease.ended_at is None:
+        lease.ended_at = clock.now()
+    lease.provision_targets = {}
+    states.transition(lease, S.RELEASING, actor=actor, reason=reason,
+                      fields=("release_kind", "ended_at", "provision_targets"))
+    notify.lease_changed(lease)
+    lease_id = lease.pk
+    transaction.on_commit(lambda: _enqueue("teardown", lease_id))
+
+
+def teardown(lease_id: object) -> None:
+    with transaction.atomic():
+        lease = _lock(lease_id)
+        if lease is None or lease.state != S.RELEASING or lease.provision_targets:
+            return
+        lease.provision_targets = _push(lease)
+        lease.save(update_fields=["provision_targets", "updated"])
+
+
+def check_released(lease_id: object) -> None:
+    with transaction.atomic():
+        lease = _lock(lease_id)
+        if lease is None or lease.state != S.RELEASING or not lease.provision_targets:
+            return
+        now = clock.now()
+        timed_out = now - lease.updated > release_timeout()
+        if not (_converged(lease.provision_targets) or timed_out):
+            return
+        finish_release(lease, note="teardown timed out" if timed_out else "")
+
+
+def finish_release(lease: Lease, *, note: str = "") -> None:
+    now = clock.now()
+    for row in Allocation.objects.filter(lease=lease, live=True):
+        row.live = False
+        row.end_at = max(min(row.end_at, now), row.start_at + timedelta(seconds=1))
+        row.save(update_fields=["live", "end_at"])
+    states.transition(lease, lease.release_kind or S.ENDED, reason=note or "released")
+    notify.lease_changed(lease)
+    after_commit_schedule()
+
+
+def cancel(lease: Lease, *, actor: str, reason: str) -> None:
+    if lease.state in (S.REQUESTED, S.QUEUED, S.SCHEDULED):
+        Allocation.objects.filter(lease=lease, live=True).update(live=False)
+        states.transition(lease, S.CANCELLED, actor=actor, reason=reason)
+        notify.lease_changed(lease)
+        after_commit_schedule()
+    else:
+        begin_release(lease, kind=S.CANCELLED, actor=actor, reason=reason)
+
+
+def extend(lease: Lease, end_at: datetime) -> None:
+    try:
+        with transaction.atomic():
+            Allocation.objects.filter(lease=lease, live=True).update(end_at=end_at)
+    except IntegrityError:
+        from portal.leasing.services import ExtensionRefused
+
+        raise ExtensionRefused("The GPUs are booked by another lease.", None) from None
+    lease.end_at, lease.warned_at = end_at, None
+    lease.save(update_fields=["end_at", "warned_at", "updated"])
+    notify.lease_changed(lease)
+
+
+# --- time-driven --------------------------------------------------------------------------
+
+def start_due_reservations() -> int:
+    started = 0
+    now = clock.now()
+    with transaction.atomic():
+        for lease in Lease.objects.select_for_update(skip_locked=True).filter(
+                state=S.SCHEDULED, start_at__lte=now + START_SLACK):
+            _start_provisioning(lease, now)
+            notify.lease_changed(lease)
+            started += 1
+    return started
+
+
+def expire_due() -> int:
+    now = clock.now()
+    with transaction.atomic():
+        due = list(Lease.objects.select_for_update(skip_locked=True).select_related("tenant")
+                   .filter(state=S.ACTIVE, end_at__lte=now))
+        for lease in due:
+            begin_release(lease, kind=S.EXPIRED, reason="reached its end time")
+    return len(due)
+
+
+def warn_expiring(minutes: int = 60) -> int:
+    now = clock.now()
+    with transaction.atomic():
+        due = list(Lease.objects.select_for_update(skip_locked=True).select_related("tenant")
+                   .filter(state=S.ACTIVE, warned_at__isnull=True,
+                           end_at__lte=now + timedelta(minutes=minutes), end_at__gt=now))
+        for lease in due:
+            lease.warned_at = now
+            lease.save(update_fields=["warned_at", "updated"])
+            states.record(lease, "expiry_warning", reason=f"ends within {minutes} minutes")
+            notify.expiring(lease, minutes)
+    return len(due)

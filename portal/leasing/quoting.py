@@ -1,0 +1,101 @@
+"""Order previews: price, earliest start, quota/budget fit and alternatives. Writes nothing."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+
+from portal.billing.pricing import estimate
+from portal.core import clock
+from portal.core.errors import ApplicationError
+from portal.leasing import allocation
+from portal.leasing.models import Lease
+from portal.leasing.services import OrderSpec, Window, _check_shape, _models_available, _window
+from portal.leasing.services import check_limits as _limits
+from portal.tenants.access import AnyUser, require_role
+from portal.tenants.models import Role, Tenant
+
+
+@dataclass
+class QuoteResult:
+    price: Decimal
+    currency: str
+    placeable_now: bool
+    earliest_start: datetime | None
+    reason: str | None
+    fits_quota: bool
+    fits_budget: bool
+    model: str | None = None
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[str] = field(default_factory=list)
+
+
+def _probe(tenant: Tenant, spec: OrderSpec, window: Window, models: list[str],
+           now: datetime) -> Any:
+    """Ask the core about a lease that is never saved (rolled back at once)."""
+    lease = Lease(tenant=tenant, allowed_models=models, gpu_count=spec.gpu_count,
+                  gpu_milli=spec.gpu_milli, nodes=spec.nodes, locality=spec.locality,
+                  locality_required=spec.locality_required, priority=spec.priority,
+                  start_at=window.start, end_at=window.end, created=now)
+    return allocation.preview(lease, now)
+
+
+def _fits(tenant: Tenant, spec: OrderSpec, window: Window, models: list[str]) -> tuple[
+        bool, bool, list[str]]:
+    try:
+        _limits(tenant, spec, window, models, count_pending=False)
+    except ApplicationError as exc:
+        budget = "budget" in exc.message
+        return budget, not budget, [exc.message]
+    return True, True, []
+
+
+def _alternatives(tenant: Tenant, spec: OrderSpec, window: Window, now: datetime,
+                  chosen: list[str]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    from portal.inventory.selectors import capacity_by_model
+
+    for row in capacity_by_model():
+        model = row["model"]
+        if model in chosen or row["gpus_schedulable"] < spec.gpu_count * spec.nodes:
+            continue
+        if _probe(tenant, spec, window, [model], now).placeable_now:
+            out.append({"kind": "model", "label": f"{spec.gpu_count * spec.nodes} × {model} now",
+                        "spec": {"models": [model]}})
+            break
+    if spec.gpu_count > 1:
+        smaller = replace(spec, gpu_count=max(spec.gpu_count // 2, 1))
+        if _probe(tenant, smaller, window, chosen, now).placeable_now:
+            out.append({"kind": "smaller", "label": f"{smaller.gpu_count * spec.nodes} GPUs now",
+                        "spec": {"gpu_count": smaller.gpu_count}})
+    return out
+
+
+def order_quote(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec) -> QuoteResult:
+    require_role(actor, tenant, Role.VIEWER)
+    now = clock.now()
+    _check_shape(spec)
+    models = _models_available(spec)
+    window = _window(spec, now)
+    with transaction.atomic():
+        result = _probe(tenant, spec, window, models, now)
+        fits_quota, fits_budget, messages = _fits(tenant, spec, window, models)
+        model = result.placement.model if result.placement else models[0]
+        gpus = Decimal(spec.gpu_count * spec.nodes * spec.gpu_milli) / 1000
+        price, currency = estimate(tenant=tenant, gpu_model=model, priority=spec.priority,
+                                   gpus=gpus, start=window.start, end=window.end)
+        earliest = allocation.from_epoch(result.earliest_start)
+        alternatives = [] if result.placeable_now else _alternatives(tenant, spec, window,
+                                                                      now, models)
+        if not result.placeable_now and earliest and earliest > window.start:
+            later = earliest.replace(microsecond=0) + timedelta(minutes=1)
+            alternatives.append({"kind": "later", "label": f"start at {later:%Y-%m-%d %H:%M} UTC",
+                                 "spec": {"start_at": later.isoformat()}})
+    return QuoteResult(price=price, currency=currency, placeable_now=result.placeable_now,
+                       earliest_start=earliest, reason=result.reason.value if result.reason
+                       else None, fits_quota=fits_quota, fits_budget=fits_budget, model=model,
+                       alternatives=alternatives, messages=messages)

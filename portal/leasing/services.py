@@ -1,0 +1,301 @@
+"""Orders and lease actions a tenant takes: create, quote, cancel, extend, release.
+
+Every write validates first (field-named errors), then writes in one transaction with an
+event row; orchestration (placing, provisioning, expiry) lives in orchestration.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.db import transaction
+
+from portal.core import clock
+from portal.core.errors import ApplicationError, PermissionDenied
+from portal.core.services import audit_record
+from portal.inventory.catalog import CATALOG
+from portal.inventory.models import Gpu
+from portal.leasing import states
+from portal.leasing.models import MILLI_PER_SLOT, Lease, Locality, Priority
+from portal.leasing.models import LeaseState as S
+from portal.leasing.quotas import (
+    gpu_hours_committed,
+    gpus_held,
+    month_bounds,
+    pending_orders,
+    quota_for,
+)
+from portal.tenants.access import AnyUser, require_role
+from portal.tenants.models import Role, Tenant
+
+MAX_GPUS_PER_NODE = 16
+MAX_NODES = 512
+START_GRACE = timedelta(minutes=5)  # "now" sent by a client a little late is still now
+
+
+@dataclass
+class OrderSpec:
+    models: list[str] = field(default_factory=list)
+    gpu_count: int = 1
+    gpu_milli: int = 1000
+    nodes: int = 1
+    locality: str = Locality.ANY
+    locality_required: bool = False
+    priority: str = Priority.ON_DEMAND
+    start_at: datetime | None = None
+    duration_hours: Decimal | None = None
+    end_at: datetime | None = None
+    name: str = ""
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Window:
+    start: datetime
+    end: datetime
+
+    @property
+    def hours(self) -> Decimal:
+        return Decimal((self.end - self.start).total_seconds()) / 3600
+
+
+class OrderRejected(ApplicationError):
+    code = "order_rejected"
+
+
+def _err(fld: str, msg: str, exc: type[ApplicationError] = ApplicationError) -> ApplicationError:
+    return exc(msg, fields={fld: [msg]})
+
+
+def _check_shape(spec: OrderSpec) -> None:
+    unknown = [m for m in spec.models if m not in CATALOG]
+    if unknown:
+        raise _err("models", f"Unknown GPU model(s): {', '.join(unknown)}.")
+    if not isinstance(spec.gpu_count, int) or not 1 <= spec.gpu_count <= MAX_GPUS_PER_NODE:
+        raise _err("gpu_count", f"Between 1 and {MAX_GPUS_PER_NODE} GPUs per node.")
+    if not isinstance(spec.nodes, int) or not 1 <= spec.nodes <= MAX_NODES:
+        raise _err("nodes", f"Between 1 and {MAX_NODES} nodes.")
+    if not 0 < spec.gpu_milli <= 1000 or spec.gpu_milli % MILLI_PER_SLOT:
+        raise _err("gpu_milli", f"A fraction in steps of {MILLI_PER_SLOT} milli-GPU (1/8).")
+    if spec.gpu_milli < 1000 and (spec.gpu_count != 1 or spec.nodes != 1):
+        raise _err("gpu_milli", "A fraction of a GPU is ordered as one GPU on one node.")
+    if spec.locality not in Locality.values:
+        raise _err("locality", f"One of {', '.join(Locality.values)}.")
+    if spec.priority not in Priority.values:
+        raise _err("priority", f"One of {', '.join(Priority.values)}.")
+    if spec.locality == Locality.NVLINK and spec.nodes > 1:
+        raise _err("locality", "An NVLink domain is inside one node; order one node.")
+
+
+def _models_available(spec: OrderSpec) -> list[str]:
+    wanted = spec.models or sorted(CATALOG)
+    have = set(Gpu.objects.filter(model__in=wanted).values_list("model", flat=True).distinct())
+    if not have:
+        raise _err("models", "The pool has no GPUs of the requested model(s).")
+    return [m for m in wanted if m in have]
+
+
+def _window(spec: OrderSpec, now: datetime) -> Window:
+    start = spec.start_at or now
+    if start < now - START_GRACE:
+        raise _err("start_at", "The start is in the past.")
+    start = max(start, now)
+    if spec.end_at is not None and spec.duration_hours is not None:
+        raise _err("end_at", "Give a duration or an end, not both.")
+    if spec.end_at is not None:
+        end = spec.end_at
+    elif spec.duration_hours is not None:
+        try:
+            hours = Decimal(spec.duration_hours)
+        except (InvalidOperation, TypeError, ValueError):
+            raise _err("duration_hours", "A number of hours.") from None
+        if not hours.is_finite() or hours <= 0:
+            raise _err("duration_hours", "Must be more than zero.")
+        if hours > 24 * 366:
+            raise _err("duration_hours", "At most a year.")
+        end = start + timedelta(seconds=int(hours * 3600))
+    else:
+        raise _err("duration_hours", "Give a duration or an end.")
+    if end <= start:
+        raise _err("end_at", "The end must be after the start.")
+    return Window(start, end)
+
+
+def _total_gpus(spec: OrderSpec) -> Decimal:
+    return Decimal(spec.gpu_count * spec.nodes * spec.gpu_milli) / 1000
+
+
+def check_limits(tenant: Tenant, spec: OrderSpec, window: Window, models: list[str],
+                 exclude_lease: object = None, count_pending: bool = True) -> None:
+    """Quota, duration, pending orders, spot and budget. Raises with the field named."""
+    total = _total_gpus(spec)
+    if count_pending and pending_orders(tenant) >= _max_pending(tenant, models):
+        raise _err("non_field_errors", "Too many orders are waiting; cancel one first.",
+                   OrderRejected)
+    fitting = []
+    for model in models:
+        quota = quota_for(tenant, model)
+        if quota is None:
+            fitting.append(model)
+            continue
+        if window.hours > quota.max_lease_hours:
+            raise _err("duration_hours", f"At most {quota.max_lease_hours} hours per lease.",
+                       OrderRejected)
+        if spec.priority == Priority.SPOT and not quota.allow_spot:
+            raise _err("priority", "Spot leases are not enabled for this tenant.", OrderRejected)
+        held = gpus_held(tenant, model, window.start, window.end, exclude_lease)
+        if held + total <= quota.max_gpus:
+            fitting.append(model)
+    if not fitting:
+        raise _err("gpu_count", "This would exceed your GPU quota.", OrderRejected)
+    _check_budget(tenant, models, window, total, exclude_lease)
+
+
+def _max_pending(tenant: Tenant, models: list[str]) -> int:
+    limits = [q.max_pending_orders for m in models if (q := quota_for(tenant, m))]
+    return min(limits) if limits else 20
+
+
+def _check_budget(tenant: Tenant, models: list[str], window: Window, total: Decimal,
+                  exclude_lease: object) -> None:
+    quota = quota_for(tenant, models[0]) if models else None
+    if quota is None or quota.gpu_hour_budget is None:
+        return
+    month_start, month_end = month_bounds(window.start)
+    used = gpu_hours_committed(tenant, month_start, month_end, exclude_lease)
+    inside = min(window.end, month_end) - max(window.start, month_start)
+    wanted = Decimal(max(inside.total_seconds(), 0)) / 3600 * total
+    if used + wanted > quota.gpu_hour_budget:
+        left = max(quota.gpu_hour_budget - used, Decimal(0))
+        raise _err("duration_hours", f"This would exceed your monthly budget "
+                   f"({left:.1f} GPU-hours left).", OrderRejected)
+
+
+def validate_order(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
+                   now: datetime) -> tuple[Window, list[str]]:
+    require_role(actor, tenant, Role.MEMBER)
+    if not tenant.is_active:
+        raise PermissionDenied("This tenant is suspended and cannot order.")
+    _check_shape(spec)
+    models = _models_available(spec)
+    window = _window(spec, now)
+    check_limits(tenant, spec, window, models)
+    return window, models
+
+
+@transaction.atomic
+def order_create(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
+                 idempotency_key: str | None = None) -> Lease:
+    """Validate and queue an order; a scheduling pass runs when the transaction commits."""
+    now = clock.now()
+    window, models = validate_order(actor=actor, tenant=tenant, spec=spec, now=now)
+    lease = Lease.objects.create(
+        tenant=tenant, created_by=actor if actor.is_authenticated else None,
+        name=spec.name[:100], tags=spec.tags, allowed_models=models,
+        gpu_count=spec.gpu_count, gpu_milli=spec.gpu_milli, nodes=spec.nodes,
+        locality=spec.locality, locality_required=spec.locality_required,
+        priority=spec.priority, start_at=window.start, end_at=window.end,
+        state=S.REQUESTED)
+    who = actor.get_username()
+    states.transition(lease, S.QUEUED, actor=who, reason="order accepted",
+                      data={"spec": _jsonable(spec), "idempotency_key": idempotency_key})
+    audit_record(actor=actor, action="order.create", obj=lease,
+                 changes={"gpus": str(lease.total_gpus), "models": models})
+    from portal.leasing import orchestration
+
+    orchestration.after_commit_schedule()
+    return lease
+
+
+def _jsonable(spec: OrderSpec) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Decimal | datetime) else v)
+            for k, v in asdict(spec).items()}
+
+
+def _locked(lease: Lease) -> Lease:
+    return Lease.objects.select_for_update().select_related("tenant").get(pk=lease.pk)
+
+
+@transaction.atomic
+def lease_cancel(*, actor: AnyUser, lease: Lease, reason: str = "") -> Lease:
+    require_role(actor, lease.tenant, Role.MEMBER)
+    lease = _locked(lease)
+    if lease.state not in states.CANCELLABLE:
+        raise _err("state", f"A {lease.get_state_display().lower()} lease cannot be cancelled;"
+                   " release it instead.", states.IllegalTransition)
+    from portal.leasing import orchestration
+
+    orchestration.cancel(lease, actor=actor.get_username(), reason=reason or "cancelled")
+    audit_record(actor=actor, action="lease.cancel", obj=lease, changes={"reason": reason})
+    return lease
+
+
+@transaction.atomic
+def lease_release(*, actor: AnyUser, lease: Lease, reason: str = "") -> Lease:
+    require_role(actor, lease.tenant, Role.MEMBER)
+    lease = _locked(lease)
+    if lease.state != S.ACTIVE:
+        raise _err("state", "Only an active lease can be released; cancel a waiting one.",
+                   states.IllegalTransition)
+    from portal.leasing import orchestration
+
+    orchestration.begin_release(lease, kind=S.ENDED, actor=actor.get_username(),
+                                reason=reason or "released early")
+    audit_record(actor=actor, action="lease.release", obj=lease, changes={"reason": reason})
+    return lease
+
+
+class ExtensionRefused(ApplicationError):
+    code = "extension_refused"
+
+    def __init__(self, message: str, longest_end: datetime | None) -> None:
+        hint = f" The longest possible end is {longest_end:%Y-%m-%d %H:%M} UTC." \
+            if longest_end else ""
+        super().__init__(message + hint, fields={"end_at": [message + hint]})
+        self.longest_end = longest_end
+
+
+@transaction.atomic
+def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
+    """Move the end later if quota, budget and the calendar allow; else say how far."""
+    require_role(actor, lease.tenant, Role.MEMBER)
+    lease = _locked(lease)
+    if lease.state not in (S.SCHEDULED, S.PROVISIONING, S.ACTIVE, S.QUEUED):
+        raise _err("state", "This lease can no longer be extended.", states.IllegalTransition)
+    if end_at <= lease.end_at:
+        raise _err("end_at", "The new end must be later than the current end.")
+    from portal.leasing import allocation, orchestration
+
+    spec = OrderSpec(models=[lease.gpu_model] if lease.gpu_model else lease.allowed_models,
+                     gpu_count=lease.gpu_count, gpu_milli=lease.gpu_milli, nodes=lease.nodes,
+                     priority=lease.priority)
+    extra = Window(lease.end_at, end_at)
+    longest = _longest_end(lease, allocation)
+    try:
+        check_limits(lease.tenant, spec, Window(lease.start_at, end_at), spec.models or
+                     lease.allowed_models, exclude_lease=lease.pk, count_pending=False)
+    except ApplicationError as exc:
+        raise ExtensionRefused(exc.message, longest) from exc
+    if lease.state != S.QUEUED and longest is not None and end_at > longest:
+        raise ExtensionRefused("The GPUs are reserved by another lease from "
+                               f"{longest:%Y-%m-%d %H:%M} UTC.", longest)
+    old_end = lease.end_at
+    orchestration.extend(lease, end_at)
+    states.record(lease, "extended", actor=actor.get_username(),
+                  data={"from": old_end.isoformat(), "to": end_at.isoformat(),
+                        "hours": str(extra.hours)})
+    audit_record(actor=actor, action="lease.extend", obj=lease,
+                 changes={"end_at": [old_end.isoformat(), end_at.isoformat()]})
+    return lease
+
+
+def _longest_end(lease: Lease, allocation: Any) -> datetime | None:
+    from portal.leasing.models import Allocation
+
+    if lease.state == S.QUEUED or not Allocation.objects.filter(lease=lease, live=True).exists():
+        return None
+    result = allocation.extension(lease, lease.end_at + timedelta(days=3660))
+    return None if result.ok else allocation.from_epoch(result.longest_end)

@@ -1,0 +1,97 @@
+"""Thin Celery tasks: IDs in, one orchestration step, the next step on commit."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.core.cache import cache
+from django.db import transaction
+
+from portal.core.tasks import durable_task
+from portal.leasing import orchestration
+from portal.leasing.models import Allocation, Lease
+from portal.leasing.models import LeaseState as S
+
+log = logging.getLogger(__name__)
+PENDING_KEY = "gpupool:schedule-pending"
+STEPS = {
+    "provision": orchestration.provision,
+    "check_provisioned": orchestration.check_provisioned,
+    "teardown": orchestration.teardown,
+    "check_released": orchestration.check_released,
+}
+FOLLOW_UP = {"provision": "check_provisioned", "teardown": "check_released"}
+
+
+@durable_task(time_limit=60)
+def schedule_pass() -> dict[str, int]:
+    # Delete the marker before reading the queue: an order committed after this point
+    # triggers another pass, one committed before is in this one.
+    cache.delete(PENDING_KEY)
+    return orchestration.run_schedule_pass()
+
+
+def request_schedule_pass_on_commit() -> None:
+    def fire() -> None:
+        if cache.add(PENDING_KEY, 1, timeout=30):
+            schedule_pass.delay()
+    transaction.on_commit(fire)
+
+
+@durable_task(time_limit=60)
+def lease_step(step: str, lease_id: str) -> None:
+    STEPS[step](lease_id)
+    if step in FOLLOW_UP:
+        lease_step.delay(FOLLOW_UP[step], lease_id)
+
+
+def enqueue_step(step: str, lease_id: str) -> None:
+    lease_step.delay(step, lease_id)
+
+
+@durable_task(time_limit=60)
+def simulate_agents(node_ids: list[str]) -> None:
+    """The simulated agents of the demo: apply desired state, then re-check leases."""
+    from portal.fleet import services as fleet
+    from portal.inventory.models import Node
+
+    for node in Node.objects.filter(pk__in=node_ids):
+        fleet.simulate_apply(node=node)
+    check_leases_on(node_ids)
+
+
+def simulate_agents_on_commit(node_ids: list[str]) -> None:
+    simulate_agents.delay(node_ids)
+
+
+def check_leases_on(node_ids: list[Any]) -> None:
+    lease_ids = Allocation.objects.filter(node_id__in=node_ids).values("lease_id")
+    for lease in Lease.objects.filter(pk__in=lease_ids,
+                                      state__in=[S.PROVISIONING, S.RELEASING]).only("id", "state"):
+        step = "check_provisioned" if lease.state == S.PROVISIONING else "check_released"
+        STEPS[step](lease.pk)
+
+
+@durable_task(time_limit=120)
+def reconcile() -> dict[str, int]:
+    """Beat: re-drive everything in a transitional state (convergence never needs Redis)."""
+    return reconcile_once()
+
+
+def reconcile_once() -> dict[str, int]:
+    counts = {"started": orchestration.start_due_reservations(),
+              "expired": orchestration.expire_due(),
+              "warned": orchestration.warn_expiring()}
+    for lease in Lease.objects.filter(state__in=[S.PROVISIONING, S.RELEASING]).only(
+            "id", "state", "provision_targets"):
+        if lease.state == S.PROVISIONING:
+            step = "check_provisioned" if lease.provision_targets else "provision"
+        else:
+            step = "check_released" if lease.provision_targets else "teardown"
+        STEPS[step](lease.pk)
+        if step in FOLLOW_UP:
+            STEPS[FOLLOW_UP[step]](lease.pk)
+    if Lease.objects.filter(state=S.QUEUED).exists():
+        counts.update(orchestration.run_schedule_pass())
+    return counts
