@@ -1,12 +1,86 @@
-"""Reads of the fleet app."""
+"""Reads of the fleet app: convergence, desired documents, health and drift for pages."""
 
 from __future__ import annotations
 
-from portal.fleet.models import NodeObservedState
-from portal.inventory.models import Node
+from collections.abc import Iterable
+from typing import Any
+
+from portal.fleet.models import (
+    FabricDesiredState,
+    FabricObservedState,
+    GpuTelemetry,
+    NodeDesiredState,
+    NodeHealth,
+    NodeObservedState,
+    PortTelemetry,
+)
+from portal.fleet.models.agents import Role
+from portal.inventory.models import Gpu, Node
 
 
 def node_converged(*, node: Node, generation: int) -> bool:
     """The node applied ``generation`` (or later) without errors and its ports are in sync."""
     return NodeObservedState.objects.filter(
         node=node, generation_applied__gte=generation, partitions_in_sync=True).exists()
+
+
+def desired_document(*, agent_id: str, role: str, node_pk: int | None,
+                     after_generation: int) -> dict[str, Any] | None:
+    """The agent's desired-state document if its generation is above ``after_generation``."""
+    if role == Role.FABRIC:
+        row = FabricDesiredState.objects.filter(
+            name="default", generation__gt=after_generation).values("document").first()
+        return {**row["document"], "node_id": agent_id} if row else None
+    row = NodeDesiredState.objects.filter(
+        node_id=node_pk, generation__gt=after_generation).values("document").first()
+    return row["document"] if row else None
+
+
+def unreachable_node_ids() -> set[int]:
+    """Nodes whose agent stopped reporting: keep their leases, offer their GPUs to nobody."""
+    return set(NodeHealth.objects.filter(reachable=False).values_list("node_id", flat=True))
+
+
+def hardware_problems_for(node_ids: Iterable[int]) -> list[dict[str, Any]]:
+    """Problems to show on lease pages and to operators: unreachable nodes, node alerts
+    (GPU XIDs, IB link/errors) and GPUs not healthy. Sorted by node and key."""
+    ids = list(node_ids)
+    out: list[dict[str, Any]] = []
+    hostnames = dict(Node.objects.filter(pk__in=ids).values_list("pk", "hostname"))
+    for row in NodeHealth.objects.filter(node_id__in=ids).only("node_id", "alerts"):
+        for alert in row.alerts:
+            out.append({"node_id": row.node_id, "hostname": hostnames.get(row.node_id, ""),
+                        **alert})
+    keyed = {(p["node_id"], p["key"]) for p in out}
+    bad = Gpu.objects.filter(node_id__in=ids).exclude(health=Gpu.Health.HEALTHY)
+    for gpu in bad.values("node_id", "index", "uuid", "health"):
+        if (gpu["node_id"], f"gpu:{gpu['index']}") not in keyed:
+            out.append({"node_id": gpu["node_id"], "hostname": hostnames.get(gpu["node_id"], ""),
+                        "key": f"gpu:{gpu['index']}", "kind": "gpu", "severity": "critical",
+                        "message": f"GPU {gpu['index']} ({gpu['uuid']}) {gpu['health']}",
+                        "since": None})
+    return sorted(out, key=lambda p: (p["hostname"], p["key"]))
+
+
+def partition_drift() -> dict[str, Any]:
+    """The fabric manager's last report: generations and P_Key drift (for the console)."""
+    desired = FabricDesiredState.objects.filter(name="default").first()
+    observed = FabricObservedState.objects.filter(name="default").first()
+    return {
+        "desired_generation": desired.generation if desired else 0,
+        "generation_applied": observed.generation_applied if observed else 0,
+        "manager": observed.manager if observed else "",
+        "drift": list(observed.drift) if observed else [],
+        "reported_at": observed.updated if observed else None,
+    }
+
+
+def node_telemetry(*, node: Node) -> dict[str, list[dict[str, Any]]]:
+    """Latest telemetry of one node's GPUs and ports (for node/lease pages)."""
+    return {
+        "gpus": list(GpuTelemetry.objects.filter(node=node).order_by("index")
+                     .values("index", "uuid", "ts", "healthy", "lost", "last_xid", "data")),
+        "ports": list(PortTelemetry.objects.filter(node=node).order_by("device", "port")
+                      .values("device", "port", "port_guid", "ts", "state_id",
+                              "phys_state_id", "data")),
+    }

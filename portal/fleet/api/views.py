@@ -1,0 +1,139 @@
+"""The agent API, protocol v1 (docs/agent-protocol.md): parse → call a service → render.
+
+Plain Django views (no DRF) keep the hot path lean and the error bodies exactly as §4.
+The long-poll is an async view that holds no transaction (and no connection) while waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_GET, require_POST
+
+from portal.core.errors import ApplicationError
+from portal.fleet import protocol, selectors
+from portal.fleet.api.auth import agent_auth
+from portal.fleet.errors import AgentError
+from portal.fleet.services.enrolment import agent_enrol, credential_rotate
+from portal.fleet.services.ingest import report_ingest
+
+log = logging.getLogger("portal.fleet.agent_api")
+HEARTBEAT_INTERVAL_S = 10
+LONG_POLL_TIMEOUT_S = 30
+POLL_STEP_S = 0.5
+
+
+def _error(exc: ApplicationError) -> JsonResponse:
+    if isinstance(exc, AgentError):
+        return JsonResponse(exc.body(), status=exc.status_code)
+    details = [{"field": f, "problem": "; ".join(m)} for f, m in exc.fields.items()]
+    return JsonResponse(protocol.error_body(exc.code, exc.message, details),
+                        status=exc.status_code)
+
+
+def agent_endpoint(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    @csrf_exempt
+    @functools.wraps(view)
+    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        try:
+            return view(request, *args, **kwargs)
+        except ApplicationError as exc:
+            if exc.status_code >= 400 and exc.code not in ("unauthenticated", "forbidden"):
+                log.warning("agent API %s %s: %s %s", request.method, request.path, exc.code,
+                            exc.message)
+            return _error(exc)
+    return wrapper
+
+
+def _body(request: HttpRequest) -> dict[str, Any]:
+    try:
+        body = json.loads(request.body or b"null")
+    except ValueError:
+        body = None
+    if not isinstance(body, dict):
+        raise AgentError("invalid_json", "body is not a JSON object")
+    if "protocol" in body and body["protocol"] != protocol.PROTOCOL_VERSION:
+        raise AgentError("unsupported_protocol",
+                         f"unsupported protocol {body['protocol']!r}; this server speaks 1")
+    return body
+
+
+@agent_endpoint
+@require_POST
+def enrol(request: HttpRequest) -> HttpResponse:
+    body = _body(request)
+    if problems := protocol.validate_enrol(body):
+        raise AgentError("invalid_request", "invalid enrolment", problems)
+    agent, credential = agent_enrol(body=body)
+    return JsonResponse({"protocol": 1, "node_id": agent.agent_id, "credential": credential,
+                         "heartbeat_interval_s": HEARTBEAT_INTERVAL_S,
+                         "long_poll_timeout_s": LONG_POLL_TIMEOUT_S}, status=201)
+
+
+@agent_endpoint
+@require_POST
+def reports(request: HttpRequest, node_id: str) -> HttpResponse:
+    cred = agent_auth.authenticate(request, node_id)
+    body = _body(request)
+    if problems := protocol.validate_report(body):
+        log.warning("invalid report from %s: %s", node_id, problems[:5])
+        raise AgentError("invalid_report", f"{len(problems)} problem(s)", problems)
+    if body["node_id"] != node_id:
+        raise AgentError("forbidden", "report is for another node")
+    return JsonResponse(report_ingest(agent=cred.agent, body=body))
+
+
+@agent_endpoint
+@require_POST
+def credential(request: HttpRequest, node_id: str) -> HttpResponse:
+    cred = agent_auth.authenticate(request, node_id)
+    _body(request)
+    raw, until = credential_rotate(agent=cred.agent)
+    return JsonResponse({"protocol": 1, "credential": raw,
+                         "previous_valid_until": until.isoformat()}, status=201)
+
+
+def _params(request: HttpRequest) -> tuple[int, float]:
+    try:
+        after = int(request.GET.get("after_generation", "-1"))
+        wait = float(request.GET.get("wait", "0"))
+    except ValueError as exc:
+        raise AgentError("invalid_request", "after_generation and wait must be numbers") from exc
+    if not 0 <= wait <= protocol.MAX_LONG_POLL_S:
+        raise AgentError("invalid_request", f"wait must be 0..{protocol.MAX_LONG_POLL_S}")
+    return after, wait
+
+
+def _who(request: HttpRequest, node_id: str) -> tuple[str, int | None]:
+    agent = agent_auth.authenticate(request, node_id).agent
+    return agent.role, agent.node_id
+
+
+@csrf_exempt
+@require_GET
+async def desired_state(request: HttpRequest, node_id: str) -> HttpResponse:
+    try:
+        after, wait = _params(request)
+        role, node_pk = await sync_to_async(_who)(request, node_id)
+    except ApplicationError as exc:
+        return _error(exc)
+    fetch = sync_to_async(selectors.desired_document)
+    deadline = time.monotonic() + wait
+    while True:  # autocommit reads only: no transaction is held while waiting
+        document = await fetch(agent_id=node_id, role=role, node_pk=node_pk,
+                               after_generation=after)
+        if document is not None:
+            return JsonResponse(document)
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return HttpResponse(status=204)
+        await asyncio.sleep(min(POLL_STEP_S, remaining))

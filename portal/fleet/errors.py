@@ -1,0 +1,19 @@
+"""Errors of the agent protocol (§4): they render as ``{"error": {code, message, details}}``."""
+
+from __future__ import annotations
+
+from portal.core.errors import ApplicationError
+from portal.fleet import protocol
+
+
+class AgentError(ApplicationError):
+    """A protocol error; ``status_code`` follows the code (protocol.ERROR_CODES)."""
+
+    def __init__(self, code: str, message: str,
+                 details: list[protocol.Problem] | None = None) -> None:
+        super().__init__(message, code=code)
+        self.status_code = protocol.ERROR_CODES.get(code, 400)
+        self.details = details or []
+
+    def body(self) -> dict[str, object]:
+        return protocol.error_body(self.code, self.message, self.details)

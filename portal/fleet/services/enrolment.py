@@ -1,0 +1,125 @@
+"""Enrolment with one-time bootstrap tokens, and per-agent credentials (hashed, revocable,
+rotatable with overlap)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from portal.core import clock
+from portal.core.errors import PermissionDenied
+from portal.core.services import audit_record
+from portal.fleet.errors import AgentError
+from portal.fleet.models import Agent, AgentCredential, BootstrapToken, NodeHealth
+from portal.fleet.models.agents import Role
+from portal.fleet.services.desired import agent_for_node, new_agent_id
+from portal.fleet.services.inventory_sync import node_for_enrolment
+from portal.tenants.access import AnyUser, is_staff
+
+DEFAULT_OVERLAP_S = 3600
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+@transaction.atomic
+def bootstrap_token_create(*, actor: AnyUser | None, role: str = Role.NODE,
+                           ttl_hours: float = 24, note: str = "") -> tuple[BootstrapToken, str]:
+    """A new one-time token; the clear text is returned once and never stored. Staff only
+    (``actor=None``: the operator's management command)."""
+    if actor is not None and not is_staff(actor):
+        raise PermissionDenied("Only staff may issue bootstrap tokens.")
+    if role not in Role.values:
+        raise AgentError("invalid_request", f"role must be one of {', '.join(Role.values)}")
+    raw = "gpb_" + secrets.token_urlsafe(24)
+    token = BootstrapToken.objects.create(
+        token_hash=digest(raw), role=role, note=note,
+        created_by=actor if getattr(actor, "is_authenticated", False) else None,
+        expires_at=clock.now() + timedelta(hours=ttl_hours))
+    audit_record(actor=actor, action="fleet.bootstrap_token_create", obj=token,
+                 changes={"role": role, "ttl_hours": ttl_hours})
+    return token, raw
+
+
+def _new_credential(agent: Agent) -> str:
+    raw = "gpn_" + secrets.token_urlsafe(32)
+    AgentCredential.objects.create(agent=agent, credential_hash=digest(raw))
+    return raw
+
+
+@transaction.atomic
+def agent_enrol(*, body: dict[str, Any]) -> tuple[Agent, str]:
+    """Consume the bootstrap token, create or attach the agent (and for the node role its
+    inventory Node by hostname) and return it with a fresh credential. ``body`` has been
+    validated against §8."""
+    now = clock.now()
+    token = (BootstrapToken.objects.select_for_update()
+             .filter(token_hash=digest(body["bootstrap_token"])).first())
+    if token is None or token.used_at is not None or token.expires_at <= now \
+            or token.role != body["role"]:
+        raise AgentError("invalid_bootstrap_token", "unknown, used or expired bootstrap token")
+    if body["role"] == Role.NODE:
+        node = node_for_enrolment(hostname=body["hostname"],
+                                  inventory=body.get("inventory") or {})
+        agent = agent_for_node(node=node)
+        NodeHealth.objects.get_or_create(node=node)
+    else:
+        agent = Agent.objects.filter(role=Role.FABRIC, hostname=body["hostname"]).first() \
+            or Agent.objects.create(agent_id=new_agent_id(), role=Role.FABRIC,
+                                    hostname=body["hostname"])
+    # a re-enrolled host (reinstalled) replaces its credentials
+    AgentCredential.objects.filter(agent=agent, revoked_at__isnull=True).update(revoked_at=now)
+    agent.enrolled_at, agent.agent_version = now, body["agent_version"][:32]
+    agent.machine_id = str(body.get("machine_id") or "")[:64]
+    agent.save(update_fields=["enrolled_at", "agent_version", "machine_id"])
+    token.used_at, token.used_by = now, agent
+    token.save(update_fields=["used_at", "used_by"])
+    raw = _new_credential(agent)
+    audit_record(actor=None, actor_repr=f"agent:{agent.agent_id}", action="fleet.agent_enrol",
+                 obj=agent, changes={"role": agent.role, "hostname": agent.hostname,
+                                     "bootstrap_token": token.pk})
+    return agent, raw
+
+
+def credential_authenticate(raw: str) -> AgentCredential | None:
+    """The live credential for ``raw`` (not revoked, not past its overlap), or None."""
+    if not raw.startswith("gpn_"):
+        return None
+    cred = (AgentCredential.objects.select_related("agent__node__health")
+            .filter(credential_hash=digest(raw), revoked_at__isnull=True).first())
+    if cred is None or (cred.valid_until is not None and cred.valid_until <= clock.now()):
+        return None
+    return cred
+
+
+@transaction.atomic
+def credential_rotate(*, agent: Agent) -> tuple[str, datetime]:
+    """A new credential; the agent's current ones stay valid until the overlap ends."""
+    agent = Agent.objects.select_for_update().get(pk=agent.pk)
+    overlap = getattr(settings, "GPUPOOL_AGENT_CREDENTIAL_OVERLAP_S", DEFAULT_OVERLAP_S)
+    until = clock.now() + timedelta(seconds=overlap)
+    for cred in AgentCredential.objects.filter(agent=agent, revoked_at__isnull=True):
+        if cred.valid_until is None or cred.valid_until > until:
+            cred.valid_until = until
+            cred.save(update_fields=["valid_until"])
+    raw = _new_credential(agent)
+    audit_record(actor=None, actor_repr=f"agent:{agent.agent_id}",
+                 action="fleet.credential_rotate", obj=agent,
+                 changes={"previous_valid_until": until.isoformat()})
+    return raw, until
+
+
+@transaction.atomic
+def credential_revoke(*, actor: AnyUser | None, agent: Agent) -> int:
+    """Revoke every credential of ``agent`` (its next call answers 401)."""
+    count = AgentCredential.objects.filter(agent=agent, revoked_at__isnull=True).update(
+        revoked_at=clock.now())
+    audit_record(actor=actor, action="fleet.credential_revoke", obj=agent,
+                 changes={"revoked": count})
+    return count

@@ -1,0 +1,179 @@
+"""Node health: heartbeat timeout → unreachable; critical XIDs → GPU quarantined/lost;
+IB link down, error counter increases and saturated error counters → node alerts.
+
+``NodeHealth`` is written only when something changes, so a healthy report costs nothing
+here. ``Node.state`` is never touched: an unreachable node keeps its leases and its GPUs
+are not offered to anyone else (``selectors.unreachable_node_ids``) until staff act.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from portal.core import clock
+from portal.core.services import audit_record
+from portal.fleet.models import NodeHealth
+from portal.inventory.models import Gpu, Node
+
+LOST, QUARANTINED = Gpu.Health.LOST, Gpu.Health.QUARANTINED
+CRITICAL_XIDS = {48: QUARANTINED, 79: LOST, 94: QUARANTINED, 95: QUARANTINED}
+RANK = {Gpu.Health.HEALTHY: 0, Gpu.Health.DEGRADED: 1, QUARANTINED: 2, LOST: 3}
+ERROR_COUNTERS = ("link_downed", "symbol_error", "port_rcv_errors")
+DEFAULT_UNREACHABLE_AFTER_S = 30  # 3 x the agents' 10 s heartbeat (§9)
+
+
+def _alert(key: str, kind: str, severity: str, message: str) -> dict[str, Any]:
+    return {"key": key, "kind": kind, "severity": severity, "message": message,
+            "since": clock.now().isoformat()}
+
+
+def _locked_health(node: Node) -> NodeHealth:
+    NodeHealth.objects.get_or_create(node=node)
+    return NodeHealth.objects.select_for_update().get(node=node)
+
+
+def _merge(node: Node, add: list[dict[str, Any]], drop: set[str] | None = None) -> None:
+    row = _locked_health(node)
+    alerts = {a["key"]: a for a in row.alerts if a["key"] not in (drop or set())}
+    for alert in add:
+        old = alerts.get(alert["key"])
+        alerts[alert["key"]] = {**alert, "since": old["since"]} if old else alert
+    merged = sorted(alerts.values(), key=lambda a: a["key"])
+    if merged != row.alerts:
+        row.alerts = merged
+        row.save(update_fields=["alerts", "updated"])
+
+
+def heartbeat(*, node: Node, now: datetime) -> None:
+    """A report arrived: an unreachable node becomes reachable again."""
+    try:
+        reachable = node.health.reachable
+    except NodeHealth.DoesNotExist:
+        reachable = False
+    if reachable:
+        return
+    row = _locked_health(node)
+    if not row.reachable or row.unreachable_since is not None:
+        row.reachable, row.unreachable_since = True, None
+        row.alerts = [a for a in row.alerts if a["key"] != "unreachable"]
+        row.save(update_fields=["reachable", "unreachable_since", "alerts", "updated"])
+        audit_record(actor=None, action="fleet.node_reachable", obj=node)
+
+
+@transaction.atomic
+def health_sweep() -> int:
+    """Flag enrolled nodes without a report for ``GPUPOOL_AGENT_UNREACHABLE_AFTER_S``."""
+    after = getattr(settings, "GPUPOOL_AGENT_UNREACHABLE_AFTER_S", DEFAULT_UNREACHABLE_AFTER_S)
+    cutoff = clock.now() - timedelta(seconds=after)
+    stale = (Node.objects.filter(agent__enrolled_at__isnull=False)
+             .filter(Q(last_heartbeat__lt=cutoff)
+                     | Q(last_heartbeat__isnull=True, agent__enrolled_at__lt=cutoff))
+             .exclude(health__reachable=False))
+    count = 0
+    for node in stale:
+        row = _locked_health(node)
+        row.reachable, row.unreachable_since = False, clock.now()
+        row.alerts = [a for a in row.alerts if a["key"] != "unreachable"] + [_alert(
+            "unreachable", "node", "critical",
+            f"no report since {node.last_heartbeat or 'enrolment'}; GPUs kept allocated "
+            "until staff confirm the node down")]
+        row.save(update_fields=["reachable", "unreachable_since", "alerts", "updated"])
+        audit_record(actor=None, action="fleet.node_unreachable", obj=node,
+                     changes={"last_heartbeat": str(node.last_heartbeat)})
+        count += 1
+    return count
+
+
+def gpu_quarantine(*, node: Node, index: int | None, uuid: str, health: str,
+                   reason: str) -> None:
+    """Escalate a GPU's health (never lowers it: staff clear it) and raise an alert."""
+    gpus = Gpu.objects.select_for_update().filter(node=node)
+    gpu = (gpus.filter(index=index) if index is not None else gpus.filter(uuid=uuid)).first()
+    if gpu is None:
+        return
+    if RANK[health] > RANK[Gpu.Health(gpu.health)]:
+        before, gpu.health = gpu.health, health
+        gpu.save(update_fields=["health"])
+        audit_record(actor=None, action="fleet.gpu_quarantine", obj=gpu,
+                     changes={"health": [before, health], "reason": reason})
+    _merge(node, [_alert(f"gpu:{gpu.index}", "gpu", "critical",
+                         f"GPU {gpu.index} ({gpu.uuid}) {health}: {reason}")])
+
+
+def _gpu_events(gpus: dict[int, dict[str, Any]], prev: dict[int, dict[str, Any]],
+                xid_events: list[dict[str, Any]]) -> list[tuple[int | None, str, str, str]]:
+    index_of = {g.get("uuid"): i for i, g in gpus.items()}
+    events = [(index_of.get(e["gpu_uuid"]), e["gpu_uuid"], CRITICAL_XIDS[e["xid"]],
+               f"xid {e['xid']}") for e in xid_events if e["xid"] in CRITICAL_XIDS]
+    for index, g in gpus.items():
+        before = prev.get(index) or {}
+        if g.get("lost") and not before.get("lost"):
+            events.append((index, str(g.get("uuid") or ""), LOST, "gpu_is_lost"))
+        xid = g.get("last_xid")
+        if xid in CRITICAL_XIDS and not g["healthy"] and before.get("last_xid") != xid:
+            events.append((index, str(g.get("uuid") or ""), CRITICAL_XIDS[xid], f"xid {xid}"))
+    return list(dict.fromkeys(events))
+
+
+def _link_alerts(port: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    dev, num = port.get("device"), port.get("port")
+    out = {}
+    state, phys = port.get("state_id"), port.get("phys_state_id")
+    if state not in (None, 4) or phys not in (None, 5):
+        out[f"port:{dev}:{num}:link"] = _alert(
+            f"port:{dev}:{num}:link", "port", "warning",
+            f"{dev} port {num} is {port.get('state', state)}/{port.get('phys_state', phys)}")
+    sat = sorted(set(port.get("saturated") or []) & set(ERROR_COUNTERS))
+    if sat:
+        out[f"port:{dev}:{num}:saturated"] = _alert(
+            f"port:{dev}:{num}:saturated", "port", "warning",
+            f"{dev} port {num} error counters saturated: {', '.join(sat)}")
+    return out
+
+
+def _error_increase(key: tuple[str, int], port: dict[str, Any],
+                    prev: dict[str, Any] | None) -> dict[str, Any] | None:
+    if prev is None:
+        return None
+    now, then = port.get("counters") or {}, (prev.get("data") or {}).get("counters") or {}
+    grew = [f"{c} +{now[c] - then[c]}" for c in ERROR_COUNTERS
+            if isinstance(now.get(c), int) and isinstance(then.get(c), int) and now[c] > then[c]]
+    if not grew:
+        return None
+    return _alert(f"port:{key[0]}:{key[1]}:errors", "port", "warning",
+                  f"{key[0]} port {key[1]} errors: {', '.join(grew)}")
+
+
+def evaluate(*, node: Node, gpus: dict[int, dict[str, Any]],
+             prev_gpus: dict[int, dict[str, Any]], ports: dict[tuple[str, int], dict[str, Any]],
+             prev_ports: dict[tuple[str, int], dict[str, Any]],
+             xid_events: list[dict[str, Any]]) -> None:
+    for index, uuid, health, reason in _gpu_events(gpus, prev_gpus, xid_events):
+        gpu_quarantine(node=node, index=index, uuid=uuid, health=health, reason=reason)
+    add: list[dict[str, Any]] = []
+    drop: set[str] = set()
+    for key, port in ports.items():
+        prev = prev_ports.get(key)
+        now_alerts = _link_alerts(port)
+        before = _link_alerts(prev["data"]) if prev else {}
+        if now_alerts.keys() != before.keys():
+            add += now_alerts.values()
+            drop |= set(before) - set(now_alerts)
+        if (grew := _error_increase(key, port, prev)) is not None:
+            add.append(grew)
+    if add or drop:
+        _merge(node, add, drop)
+
+
+@transaction.atomic
+def node_alert_clear(*, actor: Any, node: Node, key: str) -> None:
+    """Staff acknowledge an alert (e.g. a counter increase) and remove it."""
+    row = _locked_health(node)
+    row.alerts = [a for a in row.alerts if a["key"] != key]
+    row.save(update_fields=["alerts", "updated"])
+    audit_record(actor=actor, action="fleet.node_alert_clear", obj=node, changes={"key": key})

@@ -1,0 +1,160 @@
+"""Report ingestion (§5): idempotent by ``(agent, seq)``, lean on the hot path.
+
+Per accepted node report: one insert claims the seq, two updates record the heartbeat,
+two selects read the previous latest rows, two bulk upserts write the new latest rows, at
+most two bulk inserts add the per-minute history, one update writes the observed state.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection, transaction
+from django.db.models.functions import Greatest
+
+from portal.core import clock
+from portal.fleet import protocol
+from portal.fleet.models import (
+    Agent,
+    AgentReport,
+    FabricDesiredState,
+    FabricObservedState,
+    GpuTelemetry,
+    NodeDesiredState,
+    NodeObservedState,
+    PortTelemetry,
+)
+from portal.fleet.models.agents import Role
+from portal.fleet.services import health
+from portal.fleet.services.samples import gpu_samples, port_samples
+from portal.inventory.models import Node
+
+GPU_FIELDS = ["uuid", "ts", "healthy", "lost", "last_xid", "data"]
+PORT_FIELDS = ["port_guid", "ts", "state_id", "phys_state_id", "data"]
+CLAIM_SQL = ("INSERT INTO fleet_agentreport (agent_id, seq, received, samples) "
+             "VALUES (%s, %s, %s, %s) ON CONFLICT (agent_id, seq) DO NOTHING RETURNING id")
+
+
+def _ts(value: float) -> datetime:
+    return datetime.fromtimestamp(value, UTC)
+
+
+assert AgentReport._meta.db_table == "fleet_agentreport"
+
+
+def _claim(agent: Agent, seq: int, now: datetime, samples: int) -> bool:
+    """Insert the idempotency key; False when ``(agent, seq)`` is already stored."""
+    with connection.cursor() as cur:
+        cur.execute(CLAIM_SQL, [agent.pk, seq, now, samples])
+        return cur.fetchone() is not None
+
+
+@transaction.atomic
+def report_ingest(*, agent: Agent, body: dict[str, Any]) -> dict[str, Any]:
+    """Store a validated report of ``agent`` (its ``node_id`` already checked)."""
+    now, seq = clock.now(), body["seq"]
+    accepted = _claim(agent, seq, now, len(body["telemetry"]))
+    newest = seq >= agent.last_seq
+    Agent.objects.filter(pk=agent.pk).update(
+        last_seen=now, last_seq=Greatest("last_seq", seq),
+        **({"agent_version": body["agent_version"][:32],
+            "dropped_reports": body["dropped_reports"]} if newest else {}))
+    if agent.role == Role.FABRIC:
+        if accepted and newest:
+            _fabric_observed(body["observed"])
+        generation = FabricDesiredState.objects.filter(name="default").values_list(
+            "generation", flat=True).first()
+    else:
+        node = agent.node
+        assert node is not None
+        Node.objects.filter(pk=node.pk).update(
+            last_heartbeat=now, **({"agent_version": body["agent_version"][:32]}
+                                   if newest else {}))
+        if accepted:
+            _node_report(node, body, newest)
+        health.heartbeat(node=node, now=now)
+        generation = NodeDesiredState.objects.filter(node=node).values_list(
+            "generation", flat=True).first()
+    return {"protocol": protocol.PROTOCOL_VERSION, "seq": seq,
+            "status": "accepted" if accepted else "duplicate",
+            "desired_generation": generation or 0, "rotate_credential": False}
+
+
+def _node_report(node: Node, body: dict[str, Any], newest: bool) -> None:
+    telemetry = body["telemetry"]
+    prev_gpus = {r["index"]: r for r in GpuTelemetry.objects.filter(node=node).values(
+        "index", "ts", "healthy", "lost", "last_xid")}
+    prev_ports = {(r["device"], r["port"]): r for r in PortTelemetry.objects.filter(
+        node=node).values("device", "port", "ts", "state_id", "phys_state_id", "data")}
+    gpu_samples(node, telemetry, prev_gpus)
+    port_samples(node, telemetry, prev_ports)
+    gpus = _latest(telemetry, "gpus", lambda g: g["index"])
+    ports = _latest(telemetry, "ib_ports", lambda p: (p["device"], p["port"]))
+    fresh_gpus = {k: v for k, v in gpus.items()
+                  if k not in prev_gpus or v[0] > prev_gpus[k]["ts"]}
+    fresh_ports = {k: v for k, v in ports.items()
+                   if k not in prev_ports or v[0] > prev_ports[k]["ts"]}
+    _upsert_gpus(node, fresh_gpus)
+    _upsert_ports(node, fresh_ports)
+    xids = [e for t in telemetry for e in t.get("xid_events") or []]
+    health.evaluate(node=node, gpus={k: v[1] for k, v in fresh_gpus.items()},
+                    prev_gpus=prev_gpus, ports={k: v[1] for k, v in fresh_ports.items()},
+                    prev_ports=prev_ports, xid_events=xids)
+    if newest:
+        _node_observed(node, body["observed"])
+
+
+def _latest(telemetry: list[dict[str, Any]], key: str,
+            ident: Any) -> dict[Any, tuple[datetime, dict[str, Any]]]:
+    out: dict[Any, tuple[datetime, dict[str, Any]]] = {}
+    for item in telemetry:  # oldest first: later samples win
+        ts = _ts(item["ts"])
+        for entry in item.get(key) or []:
+            out[ident(entry)] = (ts, entry)
+    return out
+
+
+def _upsert_gpus(node: Node, gpus: dict[int, tuple[datetime, dict[str, Any]]]) -> None:
+    if not gpus:
+        return
+    rows = [GpuTelemetry(node=node, index=index, uuid=str(g.get("uuid") or "")[:64], ts=ts,
+                         healthy=bool(g["healthy"]), lost=bool(g.get("lost", False)),
+                         last_xid=g.get("last_xid"), data=g)
+            for index, (ts, g) in gpus.items()]
+    GpuTelemetry.objects.bulk_create(rows, update_conflicts=True, update_fields=GPU_FIELDS,
+                                     unique_fields=["node", "index"])
+
+
+def _upsert_ports(node: Node, ports: dict[Any, tuple[datetime, dict[str, Any]]]) -> None:
+    if not ports:
+        return
+    rows = [PortTelemetry(node=node, device=dev[:32], port=num,
+                          port_guid=str(p.get("port_guid") or ""), ts=ts,
+                          state_id=_small(p.get("state_id")),
+                          phys_state_id=_small(p.get("phys_state_id")), data=p)
+            for (dev, num), (ts, p) in ports.items()]
+    PortTelemetry.objects.bulk_create(rows, update_conflicts=True, update_fields=PORT_FIELDS,
+                                      unique_fields=["node", "device", "port"])
+
+
+def _small(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) \
+        and 0 <= value < 32768 else None
+
+
+def _node_observed(node: Node, observed: dict[str, Any]) -> None:
+    parts = [p for p in observed.get("partitions") or [] if isinstance(p, dict)]
+    values = {"generation_applied": observed["generation_applied"],
+              "partitions_in_sync": all(p.get("in_sync") is True for p in parts),
+              "document": observed, "updated": clock.now()}
+    if not NodeObservedState.objects.filter(node=node).update(**values):
+        NodeObservedState.objects.update_or_create(node=node, defaults=values)
+
+
+def _fabric_observed(observed: dict[str, Any]) -> None:
+    drift = [d for d in observed.get("drift") or [] if isinstance(d, dict)]
+    FabricObservedState.objects.update_or_create(name="default", defaults={
+        "generation_applied": observed["generation_applied"],
+        "manager": str(observed.get("manager") or "")[:32], "drift": drift,
+        "document": observed})

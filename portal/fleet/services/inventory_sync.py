@@ -1,0 +1,94 @@
+"""The enrolment inventory (§8) written into ``portal.inventory``: the node by hostname,
+its GPUs by NVML index, its HCA ports by port GUID."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from portal.inventory.catalog import CATALOG, nvlink_domain
+from portal.inventory.models import Gpu, HcaPort, Node
+
+log = logging.getLogger(__name__)
+_BY_DISPLAY = {m.display.lower(): m.name for m in CATALOG.values()}
+_BY_TOKEN = sorted(CATALOG, key=len, reverse=True)  # "A100" before "A10"
+
+
+def catalog_model(nvml_name: str) -> str:
+    """``NVIDIA H100 80GB HBM3`` → ``H100``; an unknown name is kept (shortened)."""
+    name = (nvml_name or "").strip()
+    if name.lower() in _BY_DISPLAY:
+        return _BY_DISPLAY[name.lower()]
+    upper = name.upper()
+    if "V100" in upper:
+        return "V100M32" if "32GB" in upper else "V100M16"
+    words = upper.replace("-", " ").split()
+    for token in _BY_TOKEN:
+        if token in words or any(w.startswith(token) and not w[len(token):].isdigit()
+                                 for w in words):
+            return token
+    return name[:32] or "unknown"
+
+
+def guid_hex(text: str) -> str:
+    """A sysfs node GUID (``0002:c903:000e:0b72``) as ``0x0002c903000e0b72``."""
+    digits = (text or "").lower().removeprefix("0x").replace(":", "")
+    return f"0x{digits}"[:18] if digits else ""
+
+
+def node_for_enrolment(*, hostname: str, inventory: dict[str, Any]) -> Node:
+    host = inventory.get("host") if isinstance(inventory.get("host"), dict) else {}
+    node = Node.objects.select_for_update().filter(hostname=hostname).first()
+    if node is None:
+        node = Node.objects.create(
+            hostname=hostname, cpu_milli=int(host.get("cpus") or 0) * 1000,
+            memory_mib=int(host.get("memory_total_bytes") or 0) // 2**20)
+    _sync_gpus(node, [g for g in inventory.get("gpus") or [] if isinstance(g, dict)])
+    _sync_ports(node, [p for p in inventory.get("ib_ports") or [] if isinstance(p, dict)])
+    return node
+
+
+def _sync_gpus(node: Node, gpus: list[dict[str, Any]]) -> None:
+    existing = {g.index: g for g in node.gpus.all()}
+    for item in gpus:
+        index = item.get("index")
+        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
+            continue
+        model = catalog_model(str(item.get("name") or node.gpu_model))
+        uuid = str(item.get("uuid") or "")[:64]
+        if uuid and Gpu.objects.filter(uuid=uuid).exclude(node=node, index=index).exists():
+            log.warning("GPU %s already belongs to another slot; not moved", uuid)
+            uuid = ""
+        values = {"model": model, "pci_bus_id": str(item.get("pci_bus_id") or "")[:32]}
+        if uuid:
+            values["uuid"] = uuid
+        if item.get("memory_total_bytes"):
+            values["memory_mib"] = int(item["memory_total_bytes"]) // 2**20
+        gpu = existing.get(index)
+        if gpu is None:
+            layout = CATALOG[model].nvlink if model in CATALOG else "none"
+            values.setdefault("uuid", f"unknown-{node.hostname}-{index}"[:64])
+            values.setdefault("memory_mib", CATALOG[model].memory_mib if model in CATALOG else 0)
+            Gpu.objects.create(node=node, index=index, nvlink_domain=nvlink_domain(layout, index),
+                               **values)
+        else:
+            for key, value in values.items():
+                setattr(gpu, key, value)
+            gpu.save(update_fields=list(values))
+        if not node.gpu_model:
+            node.gpu_model = model
+            node.save(update_fields=["gpu_model"])
+
+
+def _sync_ports(node: Node, ports: list[dict[str, Any]]) -> None:
+    for item in ports:
+        port_guid = str(item.get("port_guid") or "").lower()
+        if len(port_guid) != 18 or not port_guid.startswith("0x"):
+            continue
+        rate = item.get("rate_gbps")
+        HcaPort.objects.update_or_create(port_guid=port_guid, defaults={
+            "node": node, "fabric": node.fabric, "device": str(item.get("device") or "")[:32],
+            "port_number": int(item.get("port") or 1),
+            "node_guid": guid_hex(str(item.get("node_guid") or "")),
+            "rate": f"{rate:g} Gb/sec" if isinstance(rate, int | float) else "",
+        })

@@ -1,0 +1,134 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+
+from portal.core import clock
+from portal.fleet.models import AgentCredential, BootstrapToken
+from portal.fleet.services.enrolment import bootstrap_token_create, credential_revoke, digest
+from portal.fleet.services.inventory_sync import catalog_model
+from portal.inventory.models import Gpu, HcaPort, Node
+from tests.portal.fleet.helpers import make_node, report
+
+INVENTORY = {
+    "host": {"hostname": "gpu-node-07", "cpus": 224, "memory_total_bytes": 2 * 2**40},
+    "gpus": [{"index": i, "uuid": f"GPU-real-{i}", "name": "NVIDIA H100 80GB HBM3",
+              "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0",
+              "memory_total_bytes": 85520809984} for i in range(2)],
+    "ib_ports": [{"device": "mlx5_0", "port": 1, "port_guid": "0x0002c903000e0b72",
+                  "node_guid": "0002:c903:000e:0b72", "link_layer": "InfiniBand",
+                  "rate_gbps": 400.0}],
+}
+
+
+@pytest.mark.parametrize(("name", "model"), [
+    ("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H200", "H200"),
+    ("NVIDIA A100-SXM4-80GB", "A100"), ("NVIDIA A100 80GB PCIe", "A100"),
+    ("NVIDIA A10", "A10"), ("NVIDIA A10G", "A10"), ("Tesla V100-SXM2-32GB", "V100M32"),
+    ("NVIDIA L40S", "L40S"), ("Mystery GPU", "Mystery GPU")])
+def test_nvml_names_map_to_catalog(name: str, model: str) -> None:
+    assert catalog_model(name) == model
+
+
+@pytest.mark.django_db
+def test_enrol_creates_node_with_gpus_and_ports(agent_client) -> None:
+    resp = agent_client.enrol("gpu-node-07", inventory=INVENTORY)
+    assert resp.status_code == 201, resp.content
+    body = resp.json()
+    assert body["node_id"].startswith("nd_") and body["credential"].startswith("gpn_")
+    assert body["heartbeat_interval_s"] == 10
+    node = Node.objects.get(hostname="gpu-node-07")
+    assert node.gpu_model == "H100" and node.cpu_milli == 224_000
+    assert list(node.gpus.values_list("index", "uuid", "model")) == [
+        (0, "GPU-real-0", "H100"), (1, "GPU-real-1", "H100")]
+    port = HcaPort.objects.get(port_guid="0x0002c903000e0b72")
+    assert port.node == node and port.node_guid == "0x0002c903000e0b72"
+    assert not AgentCredential.objects.filter(credential_hash=body["credential"]).exists()
+    assert AgentCredential.objects.filter(credential_hash=digest(body["credential"])).exists()
+
+
+@pytest.mark.django_db
+def test_enrol_attaches_existing_node_and_updates_gpus(agent_client) -> None:
+    node = make_node("gpu-node-07", gpus=2)
+    assert agent_client.enrol("gpu-node-07", inventory=INVENTORY).status_code == 201
+    assert Node.objects.count() == 1
+    gpu = Gpu.objects.get(node=node, index=1)
+    assert gpu.uuid == "GPU-real-1" and gpu.pci_bus_id == "00000000:19:00.0"
+
+
+@pytest.mark.django_db
+def test_bootstrap_token_is_one_time_and_expires(agent_client, other_agent) -> None:
+    _, token = bootstrap_token_create(actor=None)
+    assert agent_client.enrol(token=token).status_code == 201
+    second = other_agent.enrol("gpu-node-02", token=token)
+    assert second.status_code == 401
+    assert second.json()["error"]["code"] == "invalid_bootstrap_token"
+    _, old = bootstrap_token_create(actor=None, ttl_hours=1)
+    clock.advance(timedelta(hours=2))
+    assert other_agent.enrol("gpu-node-03", token=old).status_code == 401
+    _, fabric_only = bootstrap_token_create(actor=None, role="fabric")
+    assert other_agent.enrol("gpu-node-04", token=fabric_only).status_code == 401
+
+
+@pytest.mark.django_db
+def test_enrol_validation_and_protocol(agent_client) -> None:
+    resp = agent_client.post("/api/agent/v1/enrol", {"protocol": 1, "role": "node"},
+                             credential="")
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_request"
+    assert {"field": "bootstrap_token", "problem": "is required"} in \
+        resp.json()["error"]["details"]
+    resp = agent_client.post("/api/agent/v1/enrol", {"protocol": 2}, credential="")
+    assert resp.json()["error"]["code"] == "unsupported_protocol"
+    resp = agent_client.post("/api/agent/v1/enrol", "[1]", credential="")
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_json"
+
+
+@pytest.mark.django_db
+def test_management_command_prints_token_once(capsys) -> None:
+    call_command("agent_token", "create", "--role", "fabric", "--ttl-hours", "2")
+    raw = capsys.readouterr().out.strip()
+    assert raw.startswith("gpb_")
+    token = BootstrapToken.objects.get()
+    assert token.token_hash == digest(raw) and token.role == "fabric"
+
+
+@pytest.mark.django_db
+def test_non_staff_cannot_issue_tokens() -> None:
+    from portal.core.errors import PermissionDenied
+    from tests.portal.factories import make_user
+
+    with pytest.raises(PermissionDenied):
+        bootstrap_token_create(actor=make_user("mallory"))
+    assert bootstrap_token_create(actor=make_user("root", staff=True))[1].startswith("gpb_")
+
+
+@pytest.mark.django_db
+def test_rotation_overlap_then_old_credential_401(agent_client, settings) -> None:
+    settings.GPUPOOL_AGENT_CREDENTIAL_OVERLAP_S = 3600
+    agent_client.enrol()
+    old = agent_client.credential
+    resp = agent_client.post(f"/api/agent/v1/nodes/{agent_client.node_id}/credential",
+                             {"protocol": 1})
+    assert resp.status_code == 201, resp.content
+    new = resp.json()["credential"]
+    assert resp.json()["previous_valid_until"]
+    assert agent_client.report(report(agent_client.node_id, 1), credential=old).status_code == 200
+    assert agent_client.report(report(agent_client.node_id, 2), credential=new).status_code == 200
+    clock.advance(timedelta(hours=1, seconds=1))
+    resp = agent_client.report(report(agent_client.node_id, 3), credential=old)
+    assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthenticated"
+    assert agent_client.report(report(agent_client.node_id, 3), credential=new).status_code == 200
+
+
+@pytest.mark.django_db
+def test_revoked_and_unknown_credentials_401(agent_client) -> None:
+    agent_client.enrol()
+    body = report(agent_client.node_id, 1)
+    assert agent_client.report(body, credential="gpn_nope").status_code == 401
+    assert agent_client.report(body, credential="").status_code == 401
+    from portal.fleet.models import Agent
+
+    credential_revoke(actor=None, agent=Agent.objects.get(agent_id=agent_client.node_id))
+    assert agent_client.report(body).status_code == 401
