@@ -123,24 +123,24 @@ listen = "127.0.0.1:0"
 def test_simulator_against_loopback_portal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     portal = FakePortal()
     server = serve(portal)
-    token = portal.issue_bootstrap_token(uses=12)
+    token = portal.issue_bootstrap_token(uses=8)
     try:
         args = parser_for_tests().parse_args([
-            "--portal", f"http://127.0.0.1:{server.server_address[1]}", "--nodes", "12",
+            "--portal", f"http://127.0.0.1:{server.server_address[1]}", "--nodes", "8",
             "--bootstrap-token", token, "--gpus", "h100x2", "--interval", "0.3",
-            "--duration", "3", "--workers", "4", "--state-dir", str(tmp_path)])
+            "--duration", "2.5", "--workers", "4", "--state-dir", str(tmp_path)])
         from agents.simulate import run
 
         assert run(args) == 0
     finally:
         server.shutdown()
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
-    assert result["enrolled"] == 12
+    assert result["enrolled"] == 8
     assert result["rejected"] == 0
     assert result["dropped"] == 0
-    assert result["reports_sent"] >= 12
-    assert len(portal.nodes) == 12
-    assert {n.hostname for n in portal.nodes.values()} == {f"sim-node-{i:04d}" for i in range(1, 13)}
+    assert result["reports_sent"] >= 8
+    assert len(portal.nodes) == 8
+    assert {n.hostname for n in portal.nodes.values()} == {f"sim-node-{i:04d}" for i in range(1, 9)}
 
 
 def test_fabric_daemon_applies_partition_map(tmp_path: Path) -> None:
@@ -188,3 +188,11 @@ driver = "fake"
             proc.wait()
         server.shutdown()
     assert proc.returncode == 0
+
+
+@pytest.mark.parametrize(("name", "defaults"), [("agent.toml", config.NODE_DEFAULTS),
+                                                ("fabric.toml", config.FABRIC_DEFAULTS)])
+def test_example_configs_load(name: str, defaults: dict) -> None:
+    cfg = config.load(ROOT / "agents" / "examples" / name, defaults, env={})
+    assert cfg == {k: {**defaults[k], **cfg[k]} for k in defaults}
+    assert cfg["portal"]["url"] == "https://gpupool.example.org"
