@@ -1,4 +1,4 @@
-"""Bounded on-disk FIFO of reports waiting for the portal.
+"""Bounded (count and bytes) on-disk FIFO of reports waiting for the portal.
 
 One file per report (``<seq>.json``, written temp + rename), plus ``state.json`` with the
 next sequence number and the count of reports dropped because the spool was full (the
@@ -24,10 +24,12 @@ def atomic_write(path: Path, text: str, mode: int = 0o600) -> None:
 
 
 class DiskSpool:
-    def __init__(self, directory: Path, max_reports: int = 10_000, fsync: bool = True) -> None:
+    def __init__(self, directory: Path, max_reports: int = 10_000, fsync: bool = True,
+                 max_bytes: int = 256 * 1024 * 1024) -> None:  # fmt: skip
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.max_reports = max_reports
+        self.max_bytes = max_bytes
         self.fsync = fsync
         state = self._load_state()
         self.next_seq: int = int(state.get("next_seq", 1))
@@ -35,6 +37,13 @@ class DiskSpool:
         self._seqs: list[int] = sorted(
             int(p.stem) for p in self.dir.glob("*.json") if p.stem.isdigit()
         )
+        self._sizes: dict[int, int] = {}
+        for seq in self._seqs:
+            try:
+                self._sizes[seq] = (self.dir / f"{seq:012d}.json").stat().st_size
+            except OSError:
+                self._sizes[seq] = 0
+        self.bytes = sum(self._sizes.values())
 
     def _load_state(self) -> dict[str, Any]:
         try:
@@ -67,13 +76,20 @@ class DiskSpool:
     def push(self, report: dict[str, Any]) -> None:
         """Store a report (its ``seq`` from :meth:`allocate_seq`); drop the oldest if full."""
         seq = int(report["seq"])
-        while len(self._seqs) >= self.max_reports:
-            oldest = self._seqs.pop(0)
-            (self.dir / f"{oldest:012d}.json").unlink(missing_ok=True)
+        text = json.dumps(report, separators=(",", ":"))
+        while self._seqs and (len(self._seqs) >= self.max_reports
+                              or self.bytes + len(text) > self.max_bytes):  # fmt: skip
+            self._remove(self._seqs.pop(0))
             self.dropped += 1
-        self._write(self.dir / f"{seq:012d}.json", json.dumps(report, separators=(",", ":")))
+        self._write(self.dir / f"{seq:012d}.json", text)
         self._seqs.append(seq)
+        self._sizes[seq] = len(text)
+        self.bytes += len(text)
         self._save_state()
+
+    def _remove(self, seq: int) -> None:
+        (self.dir / f"{seq:012d}.json").unlink(missing_ok=True)
+        self.bytes -= self._sizes.pop(seq, 0)
 
     def peek(self) -> dict[str, Any] | None:
         while self._seqs:
@@ -81,15 +97,14 @@ class DiskSpool:
             try:
                 data = json.loads(path.read_text())
             except (OSError, ValueError):
-                self._seqs.pop(0)  # torn or removed file: skip it, count it
+                self._remove(self._seqs.pop(0))  # torn or removed file: skip it, count it
                 self.dropped += 1
                 continue
             if isinstance(data, dict):
                 return data
-            self._seqs.pop(0)
+            self._remove(self._seqs.pop(0))
         return None
 
     def pop(self, seq: int) -> None:
         if self._seqs and self._seqs[0] == seq:
-            self._seqs.pop(0)
-            (self.dir / f"{seq:012d}.json").unlink(missing_ok=True)
+            self._remove(self._seqs.pop(0))

@@ -321,3 +321,33 @@ def test_failed_apply_is_retried_on_next_ack(tmp_path: Path) -> None:
     assert observed["generation_applied"] == gen
     assert observed["apply_errors"] == []
     assert any(r["observed"]["apply_errors"] for r in node.reports)
+
+
+def test_spool_bounded_by_bytes(tmp_path: Path) -> None:
+    spool = DiskSpool(tmp_path, max_reports=100, fsync=False, max_bytes=300)
+    for _ in range(10):
+        spool.push({"seq": spool.allocate_seq(), "pad": "x" * 80})
+    assert spool.bytes <= 300
+    assert len(spool) == 3
+    assert spool.dropped == 7
+    while (r := spool.peek()) is not None:
+        spool.pop(r["seq"])
+    assert spool.bytes == 0
+    assert DiskSpool(tmp_path).bytes == 0
+
+
+def test_desired_state_of_another_node_is_forbidden(tmp_path: Path) -> None:
+    portal, clock = FakePortal(), FakeClock()
+    a, _, _ = make_agent(tmp_path / "a", portal, clock, token=portal.issue_bootstrap_token())
+    b, _, _ = make_agent(tmp_path / "b", portal, clock, index=2,
+                         token=portal.issue_bootstrap_token())
+    a.tick()
+    b.tick()
+    assert a.client.credential is not None
+    assert b.client.credential is not None
+    portal.set_desired(a.client.credential.node_id, partitions=[], access_grants=[])
+    b.client.credential = type(b.client.credential)(a.client.credential.node_id,
+                                                    b.client.credential.credential)
+    with pytest.raises(PortalError) as err:
+        b.client.desired_state(0, 0)
+    assert err.value.status == 403
