@@ -15,6 +15,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
 from portal.core import clock
+from portal.core.crash import crashpoint
 from portal.fleet import selectors as fleet_selectors
 from portal.inventory.models import Gpu
 from portal.leasing import allocation, desired, notify, states
@@ -72,6 +73,7 @@ def run_schedule_pass() -> dict[str, int]:
                      .order_by("-queue_boost", "created")[:PASS_LIMIT])
         if not queue:
             return {"queued": 0, "placed": 0}
+        transaction.on_commit(lambda: crashpoint("schedule.after_commit"))
         result = allocation.schedule(queue, now)
         leases = {str(lease.id): lease for lease in queue}
         placed = 0
@@ -81,6 +83,8 @@ def run_schedule_pass() -> dict[str, int]:
                 placed += _try_place(lease, decision, now)
             else:
                 _note_wait(lease, decision.reason.value, decision.earliest_start)
+        if placed:
+            crashpoint("schedule.after_allocations")
         return {"queued": len(queue), "placed": placed}
 
 
@@ -217,6 +221,7 @@ def provision(lease_id: object) -> None:
             return
         lease.provision_targets = _push(lease)
         lease.save(update_fields=["provision_targets", "updated"])
+        crashpoint("provision.after_push")
 
 
 def check_provisioned(lease_id: object) -> None:
@@ -226,6 +231,7 @@ def check_provisioned(lease_id: object) -> None:
             return
         now = clock.now()
         if _converged(lease.provision_targets):
+            crashpoint("provision.before_active")
             lease.active_at = now
             states.transition(lease, S.ACTIVE, reason="all nodes converged",
                               fields=("active_at",))
@@ -282,6 +288,7 @@ def teardown(lease_id: object) -> None:
             return
         lease.provision_targets = _push(lease)
         lease.save(update_fields=["provision_targets", "updated"])
+        crashpoint("release.after_teardown_push")
 
 
 def check_released(lease_id: object) -> None:
@@ -351,6 +358,8 @@ def expire_due() -> int:
                    .filter(state=S.ACTIVE, end_at__lte=now))
         for lease in due:
             begin_release(lease, kind=S.EXPIRED, reason="reached its end time")
+        if due:
+            crashpoint("expire.before_commit")
     return len(due)
 
 
