@@ -1,0 +1,97 @@
+"""Latest telemetry of one lease's GPUs and IB ports, shaped for the lease page charts.
+
+Reads what the fleet app stores (latest sample per GPU and per port). The caller has
+already passed the tenant gate for ``lease``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from portal.leasing.models import Allocation, Lease
+
+ERROR_COUNTERS = ("symbol_error", "port_rcv_errors", "link_downed", "link_error_recovery",
+                  "port_rcv_remote_physical_errors", "local_link_integrity_errors",
+                  "excessive_buffer_overrun_errors", "port_xmit_discards")
+
+
+def lease_gpus(lease: Lease) -> list[dict[str, Any]]:
+    """The GPUs the lease holds now: node id, hostname, index, UUID."""
+    rows = (Allocation.objects.filter(lease=lease, live=True)
+            .values("node_id", "node__hostname", "gpu__index", "gpu__uuid", "gpu__health")
+            .distinct().order_by("node__hostname", "gpu__index"))
+    return [{"node_id": r["node_id"], "host": r["node__hostname"], "index": r["gpu__index"],
+             "uuid": r["gpu__uuid"], "health": r["gpu__health"]} for r in rows]
+
+
+def _pct(used: Any, total: Any) -> float | None:
+    if isinstance(used, int | float) and isinstance(total, int | float) and total:
+        return round(100.0 * used / total, 1)
+    return None
+
+
+def _gpu_point(gpu: dict[str, Any], sample: Any) -> dict[str, Any]:
+    data = sample.data if sample is not None else {}
+    return {
+        "key": f"{gpu['host']}/{gpu['index']}",
+        "label": f"{gpu['host']} · GPU {gpu['index']}",
+        "uuid": gpu["uuid"],
+        "util": data.get("gpu_util_pct"),
+        "mem": _pct(data.get("memory_used_bytes"), data.get("memory_total_bytes")),
+        "temp": data.get("temperature_c"),
+        "power": data.get("power_w"),
+        "healthy": bool(sample.healthy and not sample.lost) if sample is not None
+        else gpu["health"] == "healthy",
+        "xid": sample.last_xid if sample is not None else None,
+        "ts": sample.ts.isoformat() if sample is not None else None,
+    }
+
+
+def _port_point(host: str, sample: Any) -> dict[str, Any]:
+    data = sample.data or {}
+    rates = data.get("rates_per_s") or {}
+    counters = data.get("counters") or {}
+    tx, rx = rates.get("port_xmit_bytes"), rates.get("port_rcv_bytes")
+    return {
+        "key": f"{host}/{sample.device}:{sample.port}",
+        "label": f"{host} · {sample.device}:{sample.port}",
+        "tx": round(tx * 8 / 1e9, 3) if isinstance(tx, int | float) else None,
+        "rx": round(rx * 8 / 1e9, 3) if isinstance(rx, int | float) else None,
+        "errors": sum(int(counters.get(name) or 0) for name in ERROR_COUNTERS),
+        "up": sample.state_id in (None, 4),
+        "ts": sample.ts.isoformat(),
+    }
+
+
+def lease_telemetry(lease: Lease, gpus: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """``{"gpus": [...], "ports": [...]}`` with the latest sample of each (3 queries)."""
+    gpus = lease_gpus(lease) if gpus is None else gpus
+    if not gpus:
+        return {"gpus": [], "ports": []}
+    try:
+        from portal.fleet.models import GpuTelemetry, PortTelemetry
+    except ImportError:
+        return {"gpus": [_gpu_point(g, None) for g in gpus], "ports": []}
+    node_ids = {g["node_id"] for g in gpus}
+    hosts = {g["node_id"]: g["host"] for g in gpus}
+    samples = {(s.node_id, s.index): s
+               for s in GpuTelemetry.objects.filter(node_id__in=node_ids)}
+    ports = PortTelemetry.objects.filter(node_id__in=node_ids).order_by("node_id", "device",
+                                                                         "port")
+    return {
+        "gpus": [_gpu_point(g, samples.get((g["node_id"], g["index"]))) for g in gpus],
+        "ports": [_port_point(hosts[p.node_id], p) for p in ports],
+    }
+
+
+def problems(telemetry: dict[str, Any]) -> list[dict[str, Any]]:
+    """Hardware problems on the lease: unhealthy GPUs, XIDs, ports down or erroring."""
+    found = []
+    for gpu in telemetry["gpus"]:
+        if not gpu["healthy"] or gpu.get("xid"):
+            found.append({"what": gpu["label"], "kind": "gpu", "xid": gpu.get("xid")})
+    for port in telemetry["ports"]:
+        if not port["up"] or port["errors"]:
+            found.append({"what": port["label"], "kind": "port", "errors": port["errors"],
+                          "up": port["up"]})
+    return found

@@ -1,0 +1,67 @@
+"""Profile (SSH keys) and the tenant switcher."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
+
+from portal.core.errors import ApplicationError
+from portal.tenants import access
+from portal.tenants.models import SshPublicKey
+from portal.tenants.selectors import memberships_of
+from portal.web import services
+from portal.web.forms import SshKeyForm, TenantSwitchForm
+from portal.web.views._common import apply_errors, translate_errors
+
+
+@login_required
+@translate_errors
+def profile(request: HttpRequest) -> HttpResponse:
+    form = SshKeyForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            key = services.ssh_key_add(actor=request.user, name=form.cleaned_data["name"],
+                                       public_key=form.cleaned_data["public_key"])
+        except ApplicationError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, _("Key %(name)s added (%(fp)s).")
+                             % {"name": key.name, "fp": key.fingerprint})
+            return redirect("web:profile")
+    keys = SshPublicKey.objects.filter(user=request.user).order_by("name")
+    return render(request, "web/profile.html", {
+        "form": form, "keys": keys, "memberships": memberships_of(user=request.user),
+    }, status=400 if form.errors else 200)
+
+
+@require_POST
+@login_required
+@translate_errors
+def ssh_key_delete(request: HttpRequest, key_id: str) -> HttpResponse:
+    services.ssh_key_delete(actor=request.user, key_id=key_id)
+    messages.success(request, _("Key removed."))
+    return redirect("web:profile")
+
+
+@require_POST
+@login_required
+@translate_errors
+def tenant_switch(request: HttpRequest) -> HttpResponse:
+    form = TenantSwitchForm(request.POST)
+    target = request.POST.get("next") or "/"
+    if not url_has_allowed_host_and_scheme(target, {request.get_host()},
+                                           require_https=request.is_secure()):
+        target = "/"
+    if form.is_valid():
+        tenant = access.tenants_for(request.user).filter(slug=form.cleaned_data["tenant"]).first()
+        if tenant is not None:
+            request.session[access.SESSION_KEY] = tenant.slug
+            messages.info(request, _("Now working in %(tenant)s.") % {"tenant": tenant.name})
+            return redirect(target)
+    messages.error(request, _("You are not a member of that tenant."))
+    return redirect(target)

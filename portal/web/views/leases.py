@@ -1,0 +1,175 @@
+"""Leases: list with filters, calendar, the lease page and its actions."""
+
+from __future__ import annotations
+
+from datetime import datetime, time, timedelta
+from typing import Any
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.utils.translation import gettext as _
+
+from portal.core import clock
+from portal.core.errors import ApplicationError
+from portal.leasing.models import LeaseState
+from portal.leasing.states import CANCELLABLE
+from portal.tenants.models import Role
+from portal.web import live
+from portal.web.forms import ExtendForm, LeaseFilterForm, ReasonForm
+from portal.web.views._common import apply_errors, can, tenant_page
+from portal.web.views.dashboard import LIVE_STATES
+
+PAGE_SIZE = 25
+CALENDAR_DAYS = 14
+
+
+def _day_start(day: Any) -> datetime | None:
+    if day is None:
+        return None
+    return timezone.make_aware(datetime.combine(day, time.min), timezone.get_current_timezone())
+
+
+def _filtered(request: HttpRequest, form: LeaseFilterForm) -> Any:
+    from portal.leasing.selectors import lease_list
+
+    data = form.cleaned_data if form.is_valid() else {}
+    state = data.get("state") or None
+    until = data.get("until")
+    qs = lease_list(user=request.user, tenant=request.tenant,  # type: ignore[attr-defined]
+                    state=None if state == "live" else state, model=data.get("model") or None,
+                    since=_day_start(data.get("since")),
+                    until=_day_start(until + timedelta(days=1)) if until else None)
+    if state == "live":
+        qs = qs.filter(state__in=LIVE_STATES)
+    return qs
+
+
+@tenant_page()
+def lease_list(request: HttpRequest) -> HttpResponse:
+    form = LeaseFilterForm(request.GET or None)
+    page = Paginator(_filtered(request, form), PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "web/leases.html", {
+        "form": form, "page": page, "query": query.urlencode(),
+    }, status=400 if form.errors else 200)
+
+
+@tenant_page()
+def lease_calendar(request: HttpRequest) -> HttpResponse:
+    from portal.leasing.selectors import lease_list
+
+    now = clock.now()
+    start = _day_start(timezone.localdate(now))
+    offset = request.GET.get("weeks", "0")
+    weeks = int(offset) if offset.lstrip("-").isdigit() and abs(int(offset)) < 520 else 0
+    start = start + timedelta(weeks=weeks)
+    end = start + timedelta(days=CALENDAR_DAYS)
+    leases = (lease_list(user=request.user, tenant=request.tenant,  # type: ignore[attr-defined]
+                         since=start, until=end)
+              .exclude(state__in=[LeaseState.REJECTED, LeaseState.CANCELLED])
+              .order_by("start_at")[:200])
+    span = (end - start).total_seconds()
+    rows = []
+    for lease in leases:
+        a = max(lease.start_at, start)
+        b = min(lease.ended_at or lease.end_at, end)
+        rows.append({"lease": lease,
+                     "left": round(100 * (a - start).total_seconds() / span, 2),
+                     "width": max(0.8, round(100 * (b - a).total_seconds() / span, 2))})
+    days = [start + timedelta(days=i) for i in range(CALENDAR_DAYS)]
+    now_pct = round(100 * (now - start).total_seconds() / span, 2) if start <= now < end else None
+    return render(request, "web/calendar.html", {
+        "rows": rows, "days": days, "start": start, "end": end, "weeks": weeks,
+        "now_pct": now_pct,
+    })
+
+
+def _lease(request: HttpRequest, lease_id: Any) -> Any:
+    from portal.leasing.selectors import lease_get
+
+    return lease_get(user=request.user, lease_id=lease_id)
+
+
+def chart_labels() -> dict[str, str]:
+    return {"util": _("Utilisation"), "mem": _("Memory"), "temp": _("Temperature"),
+            "power": _("Power"), "tx": _("Transmit"), "rx": _("Receive"), "errors": _("Errors"),
+            "connected": _("Live"), "disconnected": _("Not connected")}
+
+
+@tenant_page()
+def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
+    from portal.leasing.selectors import lease_connection, lease_events
+
+    lease = _lease(request, lease_id)
+    holding = lease.state in (LeaseState.SCHEDULED, LeaseState.PROVISIONING,
+                              LeaseState.ACTIVE, LeaseState.RELEASING)
+    telemetry = live.lease_telemetry(lease) if holding else {"gpus": [], "ports": []}
+    return render(request, "web/lease.html", {
+        "lease": lease,
+        "events": list(lease_events(lease=lease)),
+        "conn": lease_connection(lease=lease) if holding else None,
+        "telemetry": telemetry,
+        "problems": live.problems(telemetry),
+        "may_act": can(request, Role.MEMBER),
+        "may_cancel": lease.state in CANCELLABLE,
+        "may_release": lease.state == LeaseState.ACTIVE,
+        "may_extend": lease.state in LIVE_STATES and lease.state != LeaseState.RELEASING,
+        "live": lease.state in LIVE_STATES,
+        "chart_labels": chart_labels(),
+    })
+
+
+@tenant_page(Role.MEMBER)
+def lease_extend(request: HttpRequest, lease_id: Any) -> HttpResponse:
+    from portal.leasing.services import lease_extend as extend
+
+    lease = _lease(request, lease_id)
+    initial = {"end_at": timezone.localtime(lease.end_at + timedelta(hours=4))}
+    form = ExtendForm(request.POST or None, initial=initial)
+    longest = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            extend(actor=request.user, lease=lease, end_at=form.cleaned_data["end_at"])
+        except ApplicationError as exc:
+            apply_errors(form, exc)
+            longest = getattr(exc, "longest_end", None)
+        else:
+            messages.success(request, _("Lease extended."))
+            return redirect("web:lease", lease_id=lease.pk)
+    return render(request, "web/lease_extend.html", {
+        "lease": lease, "form": form, "longest": longest,
+    }, status=400 if form.errors else 200)
+
+
+def _confirm_action(request: HttpRequest, lease_id: Any, action: str) -> HttpResponse:
+    from portal.leasing import services
+
+    lease = _lease(request, lease_id)
+    form = ReasonForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        func = services.lease_cancel if action == "cancel" else services.lease_release
+        try:
+            func(actor=request.user, lease=lease, reason=form.cleaned_data["reason"])
+        except ApplicationError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, _("Lease cancelled.") if action == "cancel"
+                             else _("Lease is being released."))
+            return redirect("web:lease", lease_id=lease.pk)
+    return render(request, "web/lease_confirm.html", {
+        "lease": lease, "form": form, "action": action,
+    }, status=400 if form.errors else 200)
+
+
+@tenant_page(Role.MEMBER)
+def lease_cancel(request: HttpRequest, lease_id: Any) -> HttpResponse:
+    return _confirm_action(request, lease_id, "cancel")
+
+
+@tenant_page(Role.MEMBER)
+def lease_release(request: HttpRequest, lease_id: Any) -> HttpResponse:
+    return _confirm_action(request, lease_id, "release")

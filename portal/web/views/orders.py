@@ -1,0 +1,76 @@
+"""The order page: a form, a live quote (htmx) and an idempotent submit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+
+from portal.core.errors import ApplicationError
+from portal.tenants.models import Role
+from portal.web import panels
+from portal.web.forms import OrderForm
+from portal.web.views._common import apply_errors, tenant_page
+
+
+def _models() -> list[str]:
+    return [row["model"] for row in panels.free_by_model()]
+
+
+def _spec(form: OrderForm) -> Any:
+    from portal.leasing.services import OrderSpec
+
+    return OrderSpec(**form.spec_values())
+
+
+def _quote(request: HttpRequest, form: OrderForm) -> Any:
+    """The leasing app's quote for a valid form; field errors go onto the form."""
+    from portal.leasing.services import order_quote
+
+    try:
+        return order_quote(actor=request.user, tenant=request.tenant,  # type: ignore[attr-defined]
+                           spec=_spec(form))
+    except ApplicationError as exc:
+        apply_errors(form, exc)
+        return None
+
+
+@tenant_page(Role.MEMBER)
+def order(request: HttpRequest) -> HttpResponse:
+    models = _models()
+    form = OrderForm(request.POST or None, model_choices=models)
+    quote = None
+    if request.method == "POST" and form.is_valid():
+        if "preview" in request.POST:
+            quote = _quote(request, form)
+        else:
+            lease = _submit(request, form)
+            if lease is not None:
+                return redirect("web:lease", lease_id=lease.pk)
+    status = 400 if form.errors else 200
+    return render(request, "web/order.html", {"form": form, "quote": quote}, status=status)
+
+
+def _submit(request: HttpRequest, form: OrderForm) -> Any:
+    from portal.leasing.services import order_create
+
+    try:
+        lease = order_create(actor=request.user, tenant=request.tenant,  # type: ignore[attr-defined]
+                             spec=_spec(form),
+                             idempotency_key=form.cleaned_data["idempotency_key"])
+    except ApplicationError as exc:
+        apply_errors(form, exc)
+        return None
+    messages.success(request, _("Order placed: %(name)s.") % {"name": str(lease)})
+    return lease
+
+
+@tenant_page(Role.MEMBER)
+def order_preview(request: HttpRequest) -> HttpResponse:
+    """The quote panel alone, for htmx as the form changes (POST: it carries the form)."""
+    form = OrderForm(request.POST or None, model_choices=_models())
+    quote = _quote(request, form) if request.method == "POST" and form.is_valid() else None
+    return render(request, "web/_quote.html", {"form": form, "quote": quote})

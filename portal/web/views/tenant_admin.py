@@ -1,0 +1,134 @@
+"""Tenant admin: members and roles, API keys (secret shown once), quotas; usage nav."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.translation import gettext as _
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
+
+from portal.core.errors import ApplicationError
+from portal.tenants import services
+from portal.tenants.models import Membership, Role
+from portal.tenants.selectors import api_key_list, membership_list
+from portal.web import panels
+from portal.web.forms import ApiKeyForm, InviteForm, RoleForm
+from portal.web.views._common import apply_errors, can, tenant_page
+from portal.web.views.dashboard import quota_rows
+
+
+def _flatten(exc: ApplicationError) -> str:
+    return " ".join(m for msgs in exc.fields.values() for m in msgs) or exc.message
+
+
+def _member(request: HttpRequest, member_id: Any) -> Membership:
+    member = (membership_list(user=request.user, tenant=request.tenant)  # type: ignore[attr-defined]
+              .filter(pk=member_id).first())
+    if member is None:
+        raise Http404
+    return member
+
+
+@tenant_page()
+def members(request: HttpRequest) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    form = InviteForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            member = services.membership_add(actor=request.user, tenant=tenant,
+                                             email=form.cleaned_data["email"],
+                                             role=form.cleaned_data["role"])
+        except ApplicationError as exc:
+            apply_errors(form, exc)
+        else:
+            messages.success(request, _("%(user)s joined the tenant.")
+                             % {"user": member.user.get_username()})
+            return redirect("web:members")
+    rows = [{"m": m, "form": RoleForm(initial={"role": m.role}, prefix=str(m.pk))}
+            for m in membership_list(user=request.user, tenant=tenant).order_by("user__username")]
+    return render(request, "web/members.html", {
+        "form": form, "rows": rows, "may_admin": can(request, Role.ADMIN),
+    }, status=400 if form.errors else 200)
+
+
+@require_POST
+@tenant_page(Role.ADMIN)
+def member_role(request: HttpRequest, member_id: Any) -> HttpResponse:
+    member = _member(request, member_id)
+    form = RoleForm(request.POST, prefix=str(member.pk))
+    if form.is_valid():
+        try:
+            services.membership_change_role(actor=request.user, member=member,
+                                            role=form.cleaned_data["role"])
+        except ApplicationError as exc:
+            messages.error(request, _flatten(exc))
+        else:
+            messages.success(request, _("Role changed."))
+    else:
+        messages.error(request, _("Choose a valid role."))
+    return redirect("web:members")
+
+
+@require_POST
+@tenant_page(Role.ADMIN)
+def member_remove(request: HttpRequest, member_id: Any) -> HttpResponse:
+    member = _member(request, member_id)
+    try:
+        services.membership_remove(actor=request.user, member=member)
+    except ApplicationError as exc:
+        messages.error(request, _flatten(exc))
+    else:
+        messages.success(request, _("Member removed."))
+    return redirect("web:members")
+
+
+def _keys(request: HttpRequest) -> Any:
+    return api_key_list(user=request.user).filter(tenant=request.tenant)  # type: ignore[attr-defined]
+
+
+@never_cache
+@tenant_page()
+def api_keys(request: HttpRequest) -> HttpResponse:
+    form = ApiKeyForm(request.POST or None)
+    issued = None
+    if request.method == "POST" and form.is_valid():
+        try:
+            issued = services.api_key_create(actor=request.user, name=form.cleaned_data["name"],
+                                             tenant=request.tenant,  # type: ignore[attr-defined]
+                                             expires_at=form.cleaned_data["expires_at"])
+        except ApplicationError as exc:
+            apply_errors(form, exc)
+        else:
+            form = ApiKeyForm()
+    return render(request, "web/api_keys.html", {
+        "form": form, "issued": issued, "keys": _keys(request),
+    }, status=400 if form.errors else 200)
+
+
+@require_POST
+@tenant_page()
+def api_key_revoke(request: HttpRequest, key_id: Any) -> HttpResponse:
+    key = _keys(request).filter(pk=key_id).first()
+    if key is None:
+        raise Http404
+    services.api_key_revoke(actor=request.user, key=key)
+    messages.success(request, _("Key %(prefix)s revoked.") % {"prefix": key.prefix})
+    return redirect("web:api_keys")
+
+
+@tenant_page()
+def quotas(request: HttpRequest) -> HttpResponse:
+    return render(request, "web/quotas.html", {"quotas": quota_rows(request.tenant)})  # type: ignore[attr-defined]
+
+
+@tenant_page()
+def usage(request: HttpRequest) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    return render(request, "web/usage.html", {
+        "spend": panels.spend(tenant), "links": panels.billing_links(),
+        "quotas": quota_rows(tenant),
+    })
