@@ -230,6 +230,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "TenantRoleEnum": "portal.tenants.models.Role",
         "SwitchRoleEnum": "portal.inventory.models.Switch.Role",
+        "LeaseStateEnum": "portal.leasing.models.LeaseState",
+        "NodeStateEnum": "portal.inventory.models.Node.State",
     },
     "APPEND_COMPONENTS": {
         "securitySchemes": {

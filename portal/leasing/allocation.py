@@ -138,7 +138,8 @@ def to_request(lease: Lease, now: datetime) -> core.Request:
         gpus=lease.gpu_count, gpu_milli=lease.gpu_milli,
         models=frozenset(lease.allowed_models), nodes=lease.nodes, locality=locality,
         start=int(start.timestamp()), end=int(end.timestamp()),
-        submitted_at=int(lease.created.timestamp()) - lease.queue_boost)
+        # milliseconds: only the order matters; an operator boost counts as seconds of age
+        submitted_at=int(lease.created.timestamp() * 1000) - lease.queue_boost * 1000)
 
 
 def schedule(queue: list[Lease], now: datetime, policy: str | None = None) -> core.PassResult:
