@@ -255,7 +255,7 @@ def test_long_poll_wakes_agent(tmp_path: Path) -> None:
     portal.set_desired(node.node_id, partitions=[], access_grants=[])
     t.join(5)
     assert result["applied"] is True
-    assert float(result["took"]) < 2  # type: ignore[arg-type]
+    assert float(result["took"]) < 4.5  # type: ignore[arg-type]  (woken, not the 5 s timeout)
     assert agent.wake.is_set()  # the next tick reports immediately
     assert agent.poll_desired(wait_s=0) is False  # nothing newer: 204
 

@@ -14,6 +14,7 @@ from agents.sysfs.rates import counter_rate
 NAMES = [*FIXED_WIDTHS, "port_xmit_data", "port_rcv_packets"]
 
 
+@settings(deadline=None)
 @given(st.sampled_from(NAMES), st.booleans(), st.integers(0, 2**64 - 1),
        st.integers(0, 2**64 - 1), st.floats(0.001, 1e6))
 def test_rate_is_never_wrong(name: str, ext: bool, a: int, b: int, dt: float) -> None:
