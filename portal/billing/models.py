@@ -173,8 +173,6 @@ class Invoice(models.Model):
         ordering = ["-month", "tenant"]
         constraints = [
             models.UniqueConstraint(fields=["tenant", "month"], name="invoice_one_per_month"),
-            models.CheckConstraint(condition=Q(total=F("usage_total") + F("credit_total")),
-                                   name="invoice_total_is_sum"),
         ]
 
     def __str__(self) -> str:
