@@ -48,6 +48,7 @@ class FragModel:
     def __init__(self, mix: Sequence[TaskType]) -> None:
         self.mix = tuple(mix)
         self._cache: dict[FragKey, float] = {}
+        self.cpu_per_milli = cpu_per_gpu_milli(self.mix)
 
     def frag(self, key: NodeKey) -> float:
         frees = tuple(sorted((v for d in key[5] for v in d), reverse=True))
@@ -59,6 +60,21 @@ class FragModel:
                 self._cache.clear()
             self._cache[fkey] = hit
         return hit
+
+
+def cpu_per_gpu_milli(mix: Sequence[TaskType]) -> float:
+    """CPU milli the task mix asks per GPU milli (GPU tasks only, mix-weighted); 0 when
+    the mix has no GPU task."""
+    gpu = sum(t.weight * t.gpus * t.gpu_milli for t in mix if t.gpu_milli)
+    cpu = sum(t.weight * t.cpu_milli for t in mix if t.gpu_milli)
+    return cpu / gpu if gpu else 0.0
+
+
+def cpu_stranded(cpu_free: int, gpu_free_milli: int, cpu_per_milli: float) -> float:
+    """Free GPU milli that the node's free CPU cannot feed at the mix's CPU/GPU ratio."""
+    if cpu_per_milli <= 0 or not gpu_free_milli:
+        return 0.0
+    return max(0.0, gpu_free_milli - cpu_free / cpu_per_milli)
 
 
 def node_fragmentation(

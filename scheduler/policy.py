@@ -60,10 +60,15 @@ POLICIES: dict[str, Policy] = {
                "ties to node order."),
         Policy("fgd-exact", (LOCALITY, (("fgd", 1.0),)),
                "FGD on the exact fragmentation delta (no levels)."),
-        Policy("fgd+", (LOCALITY, (("fgd_levels", 1.0),), (("bestfit", 1.0),),
-                        (("gpu_left", 1.0),)),
+        Policy("fgd-bestfit", (LOCALITY, (("fgd_levels", 1.0),), (("bestfit", 1.0),),
+                               (("gpu_left", 1.0),)),
                "FGD levels, then best fit (least CPU+GPU left) among the tied nodes, "
-               "then the GPU with the least room left."),
+               "then the GPU with the least room left (the default before fgd+ became "
+               "CPU-aware)."),
+        Policy("fgd+", (LOCALITY, (("fgd_levels", 1.0),), (("cpu_strand", 1.0),),
+                        (("gpu_left", 1.0),), (("bestfit", 1.0),)),
+               "FGD levels; among the tied, the least growth of CPU-stranded GPU "
+               "capacity; then the GPU with the least room left; then best fit."),
     )
 }
 

@@ -11,7 +11,7 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from scheduler.frag import FragModel
+from scheduler.frag import FragModel, cpu_stranded
 from scheduler.model import MILLI
 from scheduler.nodestate import NodeKey, Option, Shape, domains_spanned, idle_gpus, total_free
 
@@ -56,6 +56,18 @@ def fgd_levels(
     return -float(int(100 / (1 + math.exp(-delta))))
 
 
+def cpu_strand(
+    ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey,
+) -> float:
+    """Growth (in GPUs) of the node's free GPU capacity stranded by missing CPU: the free
+    milli that the free CPU cannot feed at the task mix's CPU-per-GPU ratio. Keeps CPU
+    next to free GPUs (a CPU-exhausted node strands its GPUs), and sends CPU-heavy pods
+    to CPU-rich nodes."""
+    ratio = ctx.frag.cpu_per_milli
+    before = cpu_stranded(key[3], total_free(key), ratio)
+    return (cpu_stranded(new[3], total_free(new), ratio) - before) / MILLI
+
+
 def locality(ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey) -> float:
     """NVLink domains spanned beyond the first (0 when the GPUs share one domain)."""
     return float(max(0, domains_spanned(opt) - 1))
@@ -80,6 +92,7 @@ SCORERS: dict[str, Scorer] = {
     "packing": packing,
     "fgd": fgd,
     "fgd_levels": fgd_levels,
+    "cpu_strand": cpu_strand,
     "locality": locality,
     "gpu_left": gpu_left,
     "model_scarcity": model_scarcity,

@@ -47,14 +47,27 @@ def test_tune_is_seeded_and_reaches_the_target():
     assert sum(p.gpu_request for p in a) <= 1.3 * cap
 
 
+def _until(pods, capacity, pct):
+    """The prefix of ``pods`` whose arrivals round to at most ``pct`` % of capacity
+    (the series point at ``pct`` depends on nothing later)."""
+    out, arrived = [], 0
+    for pod in pods:
+        arrived += pod.gpu_request
+        if 100 * arrived / capacity >= pct + 0.5:
+            break
+        out.append(pod)
+    return out
+
+
 @pytest.mark.skipif(not TRACES.exists(), reason="openb trace not present")
 def test_openb_seed_42_bestfit_reproduces_and_default_beats_it():
     nodes = load_nodes(TRACES / "openb_node_list_gpu_node.csv")
     pods = load_pods(TRACES / "openb_pod_list_default.csv")
-    work = tune(pods, 1.3, 42, capacity_milli(nodes))
+    cap = capacity_milli(nodes)
+    work = _until(tune(pods, 1.3, 42, cap), cap, 100)
     bf = alloc_at(run_snapshot(nodes, work, get_policy("bestfit"), score_context(nodes, pods)), 100)
     best = alloc_at(run_snapshot(nodes, work, get_policy(), score_context(nodes, pods)), 100)
     assert bf is not None
     assert best is not None
-    assert 92.0 < bf < 93.8
-    assert best > bf + 1.5
+    assert 92.0 < bf < 93.8  # published BestFit: 92.86 (mean of seeds 42-51)
+    assert best > 95.5  # the acceptance bar (seed 42 alone: 95.83)

@@ -4,13 +4,22 @@ from scheduler.frag import FragModel
 from scheduler.model import TaskType
 from scheduler.nodestate import Shape, apply, make_key
 from scheduler.policy import POLICIES, Policy, get_policy
-from scheduler.scores import ScoreContext, bestfit, fgd, fgd_levels, gpu_left, locality, packing
+from scheduler.scores import (
+    ScoreContext,
+    bestfit,
+    cpu_strand,
+    fgd,
+    fgd_levels,
+    gpu_left,
+    locality,
+    packing,
+)
 
 CTX = ScoreContext(FragModel((TaskType(0, 500, 1, frozenset(), 1.0),)), 64_000, 4)
 
 
-def k(domains, cpu=64_000):
-    return make_key("A100", 64_000, 256_000, cpu, 256_000, domains)[0]
+def k(domains, cpu=64_000, cap=64_000):
+    return make_key("A100", cap, 256_000, cpu, 256_000, domains)[0]
 
 
 FRAC = Shape(frozenset(), 1, 500, 0, 0)
@@ -46,3 +55,45 @@ def test_cost_is_lexicographic_over_tiers():
     key = k([[1000, 1000]])
     c = pol.cost(CTX, key, FRAC, ((0, 1000),), apply(key, FRAC, ((0, 1000),)))
     assert len(c) == len(pol.tiers)
+
+
+# Mix: one task of 1 GPU + 16 CPU cores -> 16 CPU milli per GPU milli.
+CPU_CTX = ScoreContext(FragModel((TaskType(16_000, 1000, 1, frozenset(), 1.0),)), 64_000, 4)
+
+
+def test_cpu_per_gpu_milli_of_the_mix_ignores_cpu_only_tasks():
+    mix = (TaskType(16_000, 1000, 1, frozenset(), 0.5), TaskType(32_000, 0, 0, frozenset(), 0.5))
+    assert FragModel(mix).cpu_per_milli == pytest.approx(16.0)
+    assert FragModel((TaskType(8000, 0, 0, frozenset(), 1.0),)).cpu_per_milli == 0.0
+
+
+@pytest.mark.parametrize(("cpu_free", "shape", "opt", "expected"), [
+    # 4 idle GPUs need 64 cores; 64 free -> nothing stranded before; a CPU-only pod of
+    # 32 cores leaves 32 cores for 4 GPUs: 2 GPUs stranded.
+    (64_000, Shape(frozenset(), 0, 0, 32_000, 0), (), 2.0),
+    # A GPU pod that takes its fair share of CPU strands nothing.
+    (64_000, Shape(frozenset(), 1, 1000, 16_000, 0), ((0, 1),), 0.0),
+    # A CPU-hungry GPU pod (40 cores for 1 GPU) strands 1.5 of the 3 GPUs left.
+    (64_000, Shape(frozenset(), 1, 1000, 40_000, 0), ((0, 1),), 1.5),
+    # Already CPU-poor node (16 cores for 4 GPUs = 3 stranded): taking 1 GPU with its
+    # 16 cores leaves 3 GPUs and no CPU: still 3 stranded, no growth.
+    (16_000, Shape(frozenset(), 1, 1000, 16_000, 0), ((0, 1),), 0.0),
+])
+def test_cpu_strand(cpu_free, shape, opt, expected):
+    key = k([[1000, 1000, 1000, 1000]], cpu=cpu_free)
+    got = cpu_strand(CPU_CTX, key, shape, opt, apply(key, shape, opt))
+    assert got == pytest.approx(expected)
+
+
+def test_default_policy_sends_a_cpu_only_pod_to_the_cpu_rich_node():
+    """With FGD levels tied, fgd+ keeps CPU next to free GPUs; fgd-bestfit does not."""
+    rich = k([[1000, 1000, 1000, 1000]], cpu=96_000, cap=128_000)  # 32 cores to spare
+    poor = k([[1000, 1000, 1000, 1000]], cpu=40_000, cap=128_000)  # short of 24 cores
+    cpu_pod = Shape(frozenset(), 0, 0, 16_000, 0)
+    costs = {}
+    for name in ("fgd+", "fgd-bestfit"):
+        pol = get_policy(name)
+        costs[name] = [pol.cost(CPU_CTX, key, cpu_pod, (), apply(key, cpu_pod, ()))
+                       for key in (rich, poor)]
+    assert costs["fgd+"][0] < costs["fgd+"][1]
+    assert costs["fgd-bestfit"][1] < costs["fgd-bestfit"][0]
