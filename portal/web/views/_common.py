@@ -68,7 +68,12 @@ def can(request: HttpRequest, role: str) -> bool:
 
 
 def apply_errors(form: Form, exc: ApplicationError) -> None:
-    """Put a service's field messages next to the form's fields (unknown ones on top)."""
+    """Put a service's field messages next to the form's fields (unknown ones on top).
+
+    Refusals (403) and unknown objects (404) are not form errors: they propagate.
+    """
+    if isinstance(exc, PermissionDenied | NotFound):
+        raise exc
     if not exc.fields:
         form.add_error(None, exc.message)
         return

@@ -7,6 +7,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.paginator import Paginator
+from django.db.models import Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -39,11 +40,15 @@ def _filtered(request: HttpRequest, form: LeaseFilterForm) -> Any:
     state = data.get("state") or None
     until = data.get("until")
     qs = lease_list(user=request.user, tenant=request.tenant,  # type: ignore[attr-defined]
-                    state=None if state == "live" else state, model=data.get("model") or None,
+                    state=None if state == "live" else state,
                     since=_day_start(data.get("since")),
                     until=_day_start(until + timedelta(days=1)) if until else None)
     if state == "live":
         qs = qs.filter(state__in=LIVE_STATES)
+    model = data.get("model")
+    if model:
+        # The selector's JSON ``contains`` has no SQLite support; match the same rows here.
+        qs = qs.filter(Q(gpu_model=model) | Q(gpu_model="", allowed_models__icontains=f'"{model}"'))
     return qs
 
 

@@ -28,7 +28,7 @@ def _spec(form: OrderForm) -> Any:
 
 def _quote(request: HttpRequest, form: OrderForm) -> Any:
     """The leasing app's quote for a valid form; field errors go onto the form."""
-    from portal.leasing.services import order_quote
+    from portal.leasing.quoting import order_quote
 
     try:
         return order_quote(actor=request.user, tenant=request.tenant,  # type: ignore[attr-defined]
@@ -55,15 +55,30 @@ def order(request: HttpRequest) -> HttpResponse:
 
 
 def _submit(request: HttpRequest, form: OrderForm) -> Any:
+    """Place the order once per form render: the hidden key makes a double click one order."""
+    from portal.leasing import idempotency
+    from portal.leasing.models import Lease
     from portal.leasing.services import order_create
 
-    try:
-        lease = order_create(actor=request.user, tenant=request.tenant,  # type: ignore[attr-defined]
-                             spec=_spec(form),
+    tenant = request.tenant  # type: ignore[attr-defined]
+    spec = _spec(form)
+
+    def create() -> tuple[int, dict[str, Any]]:
+        lease = order_create(actor=request.user, tenant=tenant, spec=spec,
                              idempotency_key=form.cleaned_data["idempotency_key"])
+        return 201, {"id": str(lease.pk)}
+
+    try:
+        _status, body = idempotency.run(tenant=tenant, key=form.cleaned_data["idempotency_key"],
+                                        body={"web_order": form.spec_values()}, create=create)
     except ApplicationError as exc:
-        apply_errors(form, exc)
+        if "Idempotency-Key" in exc.fields:
+            form.add_error(None, _("This form was already submitted with other values. "
+                                   "Open the order page again to place a new order."))
+        else:
+            apply_errors(form, exc)
         return None
+    lease = Lease.objects.get(pk=body["id"], tenant=tenant)
     messages.success(request, _("Order placed: %(name)s.") % {"name": str(lease)})
     return lease
 

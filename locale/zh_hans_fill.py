@@ -1,0 +1,145 @@
+"""Fill locale/zh_Hans/LC_MESSAGES/django.po from the table below (run after makemessages).
+
+Usage: python locale/zh_hans_fill.py && django-admin compilemessages -l zh_Hans
+"""
+import re
+import sys
+from pathlib import Path
+
+ZH = {
+"Whole GPUs": "整块 GPU", "%(n)s/8 of one GPU": "单块 GPU 的 %(n)s/8", "Name": "名称",
+"For example: laptop, CI runner.": "例如：笔记本电脑、CI 运行器。", "Public key": "公钥",
+"One OpenSSH public key line: ed25519, ECDSA or RSA (2048 bits or more).": "一行 OpenSSH 公钥：ed25519、ECDSA 或 RSA（至少 2048 位）。",
+"GPU model": "GPU 型号", "Pick one or more acceptable models.": "选择一个或多个可接受的型号。",
+"GPUs per node": "每节点 GPU 数", "Share of a GPU": "GPU 份额", "Only with one GPU on one node.": "仅限单节点单 GPU。",
+"Nodes": "节点数", "Gang size: all nodes start together.": "组大小：所有节点同时启动。", "Locality": "拓扑位置",
+"Locality is required": "必须满足拓扑位置", "Priority": "优先级", "Start": "开始", "As soon as possible": "尽快",
+"At a chosen time": "指定时间", "Start at (UTC)": "开始时间（UTC）", "Duration (hours)": "时长（小时）",
+"Give a start time, or choose to start now.": "请填写开始时间，或选择立即开始。",
+"A share of a GPU is for one GPU on one node.": "GPU 份额仅适用于单节点单 GPU。", "New end (UTC)": "新的结束时间（UTC）",
+"Reason (optional)": "原因（可选）", "Yes, I am sure": "是的，我确定", "State": "状态", "Any state": "任意状态",
+"Current and upcoming": "当前及即将开始", "From": "起始", "Until": "截止", "The end date is before the start date.": "结束日期早于开始日期。",
+"Email address": "电子邮件地址", "Role": "角色", "Expires (UTC, optional)": "过期时间（UTC，可选）", "Tenant": "租户",
+"Requested": "已提交", "Queued": "排队中", "Scheduled": "已调度", "Provisioning": "准备中", "Active": "运行中",
+"Releasing": "释放中", "Ended": "已结束", "Rejected": "已拒绝", "Cancelled": "已取消", "Failed": "失败",
+"Preempted": "已抢占", "Expired": "已到期", "Owner": "所有者", "Admin": "管理员", "Member": "成员", "Viewer": "只读成员",
+"Reserved": "预留", "On demand": "按需", "Spot (preemptible)": "竞价（可被抢占）", "Anywhere": "任意位置",
+"One NVLink domain": "同一 NVLink 域", "One node": "同一节点", "One leaf switch": "同一叶交换机", "Fewest spine hops": "最少脊交换机跳数",
+"State change": "状态变更", "Extended": "已延长", "Warning": "警告", "Placement": "放置", "Hardware problem": "硬件问题",
+"Key %(name)s added (%(fp)s).": "已添加密钥 %(name)s（%(fp)s）。", "Key removed.": "密钥已删除。",
+"Now working in %(tenant)s.": "当前租户：%(tenant)s。", "You are not a member of that tenant.": "您不是该租户的成员。",
+"GPU quota for %(model)s is nearly used up.": "%(model)s 的 GPU 配额即将用尽。", "all models": "所有型号",
+"GPU-hour budget for %(model)s is nearly used up.": "%(model)s 的 GPU 小时预算即将用尽。", "Lease %(name)s: %(state)s.": "租约 %(name)s：%(state)s。",
+"Utilisation": "利用率", "Memory": "显存", "Temperature": "温度", "Power": "功耗", "Transmit": "发送", "Receive": "接收",
+"Errors": "错误", "Live": "实时", "Not connected": "未连接", "Lease extended.": "租约已延长。", "Lease cancelled.": "租约已取消。",
+"Lease is being released.": "租约正在释放。",
+"This form was already submitted with other values. Open the order page again to place a new order.": "此表单已用其他内容提交过。请重新打开订购页面以下新订单。",
+"Order placed: %(name)s.": "订单已提交：%(name)s。", "%(user)s joined the tenant.": "%(user)s 已加入租户。", "Role changed.": "角色已更改。",
+"Choose a valid role.": "请选择有效的角色。", "Member removed.": "成员已移除。", "Key %(prefix)s revoked.": "密钥 %(prefix)s 已吊销。",
+"Not allowed": "无权操作", "You are not allowed to do that": "您无权执行此操作",
+"Your role in this tenant does not permit this action. A tenant admin can change your role.": "您在此租户中的角色不允许此操作。租户管理员可以更改您的角色。",
+"Go to the dashboard": "返回仪表板", "Not found": "未找到", "We could not find that page": "找不到该页面",
+"It may have moved, or it belongs to a tenant you are not a member of.": "该页面可能已移动，或属于您不是其成员的租户。",
+"Something went wrong": "出错了", "Something went wrong on our side": "我们这边出了问题",
+"The error has been logged. Please try again in a moment.": "错误已记录。请稍后重试。", "Skip to content": "跳到正文",
+"Main": "主导航", "Dashboard": "仪表板", "Order GPUs": "订购 GPU", "Leases": "租约", "Calendar": "日历",
+"Usage & billing": "用量与账单", "Switch": "切换", "Language": "语言", "Go": "确定", "Toggle dark mode": "切换深色模式",
+"Theme": "主题", "Sign out": "退出登录", "API documentation": "API 文档", "Welcome": "欢迎", "Your tenants": "您的租户",
+"You belong to no tenant yet.": "您尚未加入任何租户。", "Pool capacity": "资源池容量", "GPUs": "GPU", "Schedulable": "可调度",
+"Admin console": "管理控制台", "Account locked": "账户已锁定", "Too many failed sign-ins": "登录失败次数过多",
+"For your safety this account is locked for a while. Try again later, or reset your password.": "为了您的安全，此账户已被暂时锁定。请稍后再试，或重置密码。",
+"Reset password": "重置密码", "Sign in": "登录", "Sign in to gpupool": "登录 gpupool",
+"Your username and password didn't match. Please try again. After repeated failures the account is locked for a while.": "用户名或密码不正确，请重试。多次失败后账户将被暂时锁定。",
+"Forgot your password?": "忘记密码？", "Password changed": "密码已更改", "Choose a new password": "设置新密码", "Set password": "设置密码",
+"This reset link is invalid or was already used. Ask for a new one.": "此重置链接无效或已被使用。请重新申请。",
+"Check your email": "请查收邮件", "If an account uses that address, we have sent it a link to choose a new password.": "如果有账户使用该地址，我们已向其发送设置新密码的链接。",
+"Back to sign in": "返回登录", "Someone asked to reset the gpupool password of %(user)s.": "有人请求重置 %(user)s 的 gpupool 密码。",
+"Choose a new password here:": "请在此设置新密码：", "If it was not you, ignore this email; nothing changes.": "如果不是您本人操作，请忽略此邮件，不会有任何更改。",
+"Reset your password": "重置您的密码", "Enter your email address and we will send you a link to choose a new password.": "输入您的电子邮件地址，我们将发送设置新密码的链接。",
+"Send reset link": "发送重置链接", "Reset your gpupool password": "重置您的 gpupool 密码", "nodes": "个节点", "until": "至",
+"from": "自", "All models": "所有型号", "GPUs in use: %(used)s of %(max)s (%(pct)s %%)": "使用中的 GPU：%(used)s / %(max)s（%(pct)s %%）",
+"GPUs in use": "使用中的 GPU", "Up to %(max)s GPUs at once": "同时最多 %(max)s 块 GPU",
+"GPU-hours this month: %(used)s of %(max)s (%(pct)s %%)": "本月 GPU 小时：%(used)s / %(max)s（%(pct)s %%）",
+"GPU-hour budget used": "已用 GPU 小时预算", "Estimated price for the whole lease": "整个租约的预估价格", "Can start now": "可立即开始",
+"Cannot start now": "无法立即开始", "Fits your quota": "在配额之内", "Exceeds your quota": "超出配额", "Fits your budget": "在预算之内",
+"Exceeds your budget": "超出预算", "Earliest start": "最早开始时间", "Why": "原因", "Alternatives": "替代方案", "Other model": "其他型号",
+"Smaller": "更小规模", "Later": "更晚", "Fix the highlighted fields to see a price.": "请修正标出的字段以查看价格。",
+"Change the form to see price, start time and whether it fits your quota.": "修改表单即可查看价格、开始时间以及是否符合配额。",
+"Tenant administration": "租户管理", "Members": "成员", "API keys": "API 密钥", "Quotas": "配额", "Your new API key": "您的新 API 密钥",
+"Copy it now: it is shown only once.": "请立即复制：它只显示一次。", "Your API keys for this tenant": "您在此租户的 API 密钥",
+"Prefix": "前缀", "Created": "创建时间", "Last used": "最近使用", "Status": "状态", "Actions": "操作", "Revoked": "已吊销",
+"Expires": "过期", "Revoke": "吊销", "No API keys yet.": "尚无 API 密钥。", "Create an API key": "创建 API 密钥", "Create key": "创建密钥",
+"Weeks": "周", "Earlier": "更早", "Today": "今天", "Your tenant's leases from %(a)s to %(b)s.": "您的租户从 %(a)s 到 %(b)s 的租约。",
+"Now": "现在", "No leases in these two weeks.": "这两周内没有租约。", "As a list": "列表形式", "None.": "无。", "Notifications": "通知",
+"Active leases": "运行中的租约", "No active leases.": "没有运行中的租约。", "Upcoming and waiting": "即将开始与等待中",
+"Nothing waiting.": "没有等待中的租约。", "Spend": "支出", "This month": "本月", "Forecast to month end": "月底预测",
+"Billing figures are not available yet.": "暂无账单数据。", "Quota and budget": "配额与预算", "Details": "详情",
+"No quota set: ask the platform team.": "尚未设置配额：请联系平台团队。", "Free now": "当前空闲", "GPUs free now by model": "按型号列出的当前空闲 GPU",
+"Free": "空闲", "Installed": "已安装", "No GPUs installed.": "没有已安装的 GPU。", "Hardware problems on this lease": "此租约存在硬件问题",
+"GPU unhealthy": "GPU 不健康", "port down": "端口断开", "Summary": "概要", "required": "必须", "End": "结束", "Ordered by": "订购人",
+"Extend": "延长", "Release now": "立即释放", "Cancel order": "取消订单", "Connection": "连接信息", "Account": "账户",
+"InfiniBand P_Key": "InfiniBand P_Key", "Health": "健康状况", "Healthy": "健康", "Unhealthy": "不健康", "HCA ports": "HCA 端口",
+"Nodes are assigned when the lease is placed.": "租约调度后将分配节点。", "Log in with any SSH key from your profile.": "可使用个人资料中的任意 SSH 密钥登录。",
+"Manage SSH keys": "管理 SSH 密钥", "Timeline": "时间线", "No events yet.": "暂无事件。", "Live telemetry": "实时遥测",
+"updated every 2 seconds": "每 2 秒更新", "InfiniBand ports": "InfiniBand 端口", "Cancel %(name)s?": "取消 %(name)s？",
+"The order is withdrawn; nothing is charged for time not used.": "订单将被撤回；未使用的时间不计费。", "Release %(name)s now?": "立即释放 %(name)s？",
+"Your access to the GPUs ends now and the nodes are wiped. This cannot be undone.": "您对这些 GPU 的访问将立即结束，节点将被清除。此操作无法撤销。",
+"Back": "返回", "Extend %(name)s": "延长 %(name)s", "Current end": "当前结束时间", "The calendar allows extending this lease until": "日历允许将此租约延长至",
+"Confirm extension": "确认延长", "Calendar view": "日历视图", "Filter leases": "筛选租约", "Filter": "筛选", "Clear": "清除",
+"No leases match.": "没有匹配的租约。", "Pages": "分页", "Previous": "上一页", "Page %(n)s of %(total)s": "第 %(n)s 页，共 %(total)s 页",
+"Next": "下一页", "Members and roles": "成员与角色", "User": "用户", "Email": "电子邮件", "Role of %(u)s": "%(u)s 的角色", "Change": "更改",
+"Remove this member?": "移除此成员？", "Remove": "移除", "Invite by email": "通过电子邮件邀请",
+"The person needs a gpupool account with this email address.": "对方需要拥有使用此电子邮件地址的 gpupool 账户。", "Add member": "添加成员",
+"No tenant": "无租户", "You belong to no tenant yet": "您尚未加入任何租户", "Ask a tenant admin to add you; then sign in again.": "请租户管理员添加您，然后重新登录。",
+"What you need": "您的需求", "When": "时间", "Place order": "提交订单", "Preview price": "预览价格", "Preview": "预览", "Profile": "个人资料",
+"SSH public keys": "SSH 公钥", "These keys can log in to the nodes of your tenants' leases.": "这些密钥可登录您所在租户的租约节点。",
+"Type": "类型", "Fingerprint": "指纹", "Remove key %(name)s": "删除密钥 %(name)s", "No keys yet.": "尚无密钥。", "Add a key": "添加密钥",
+"Add key": "添加密钥", "Username": "用户名", "Change password by email": "通过电子邮件更改密码", "Guaranteed": "保障量",
+"Maximum GPUs": "GPU 上限", "In use": "使用中", "GPU-hour budget / month": "每月 GPU 小时预算", "Used this month": "本月已用",
+"Quotas are set by the platform team.": "配额由平台团队设置。", "Use": "使用情况", "Billing pages": "账单页面", "Usage records": "用量记录",
+"Invoices": "发票", "Budget": "预算", "Prices": "价格", "Billing": "账单", "Invoices and usage records will appear here.": "发票和用量记录将显示在这里。",
+"Remove key": "删除密钥",
+}
+PLURAL = {"%(n)s link error": ["%(n)s 个链路错误"]}
+
+
+def esc(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def fill(path: Path) -> int:
+    text = path.read_text()
+    missing = 0
+    blocks = text.split("\n\n")
+    out = []
+    for block in blocks:
+        m = re.search(r'^msgid ((?:".*"\n?)+)', block, re.M)
+        if not m:
+            out.append(block)
+            continue
+        msgid = "".join(re.findall(r'"(.*)"', m.group(1))).replace('\\"', '"')
+        if not msgid:  # the header: not fuzzy, with the language set
+            block = block.replace("#, fuzzy\n", "").replace('"Language: \\n"',
+                                                            '"Language: zh_Hans\\n"')
+            out.append(block)
+            continue
+        if "msgid_plural" in block:
+            forms = PLURAL.get(msgid)
+            if forms:
+                block = re.sub(r'msgstr\[0\] ".*"', f'msgstr[0] "{esc(forms[0])}"', block)
+            else:
+                missing += 1
+        elif msgid in ZH:
+            block = re.sub(r'^msgstr ((?:".*"\n?)+)', f'msgstr "{esc(ZH[msgid])}"', block, flags=re.M)
+        else:
+            missing += 1
+            print("untranslated:", msgid, file=sys.stderr)
+        block = block.replace("#, fuzzy\n", "")
+        out.append(block)
+    path.write_text("\n\n".join(out))
+    return missing
+
+
+if __name__ == "__main__":
+    po = Path(__file__).parent / "zh_Hans" / "LC_MESSAGES" / "django.po"
+    sys.exit(1 if fill(po) else 0)

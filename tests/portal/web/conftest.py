@@ -1,0 +1,115 @@
+"""A small pool, two tenants and signed-in clients for the page tests."""
+
+from __future__ import annotations
+
+import base64
+import os
+import struct
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.test import Client
+
+from portal.core import clock
+from portal.inventory.generator import ClusterSpec, cluster_generate
+from portal.leasing import services
+from portal.leasing.models import Lease, Quota
+from portal.tenants.models import Role
+from tests.portal.factories import add_member, make_tenant
+
+_capture: Any = None
+
+
+@pytest.fixture
+def frozen_clock() -> Iterator[datetime]:
+    at = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+    clock.freeze(at)
+    yield at
+    clock.reset()
+
+
+@pytest.fixture(autouse=True)
+def _on_commit(django_capture_on_commit_callbacks: Any) -> Iterator[None]:
+    global _capture
+    _capture = django_capture_on_commit_callbacks
+    yield
+    _capture = None
+
+
+@pytest.fixture(autouse=True)
+def _no_axes_between_tests(settings: Any) -> None:
+    settings.AXES_ENABLED = False
+
+
+def drive(rounds: int = 4) -> None:
+    """Run the reconciler and simulated agents until leases settle."""
+    from portal.fleet.services import simulate_apply
+    from portal.inventory.models import Node
+    from portal.leasing.tasks import check_leases_on, reconcile_once
+
+    for _ in range(rounds):
+        with _capture(execute=True):
+            reconcile_once()
+            nodes = list(Node.objects.all())
+            for node in nodes:
+                simulate_apply(node=node)
+            check_leases_on([n.pk for n in nodes])
+
+
+@pytest.fixture
+def pool(db: Any, frozen_clock: datetime) -> dict[str, Any]:
+    """4 H100 nodes × 8; tenant a (alice member, adam admin, vic viewer), tenant b (bob)."""
+    cluster_generate(actor=None, spec=ClusterSpec(nodes=4, gpus_per_node=8, nodes_per_leaf=2,
+                                                  spines=1, model="H100"))
+    a, b = make_tenant("a"), make_tenant("b")
+    Quota.objects.create(tenant=a, gpu_model="H100", max_gpus=16, guaranteed_gpus=8,
+                         gpu_hour_budget=1000, max_lease_hours=48)
+    Quota.objects.create(tenant=b, gpu_model="H100", max_gpus=8, guaranteed_gpus=0)
+    return {"a": a, "b": b, "alice": add_member(a, "alice", Role.MEMBER),
+            "adam": add_member(a, "adam", Role.ADMIN),
+            "vic": add_member(a, "vic", Role.VIEWER), "bob": add_member(b, "bob", Role.MEMBER)}
+
+
+def client_for(user: Any) -> Client:
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+@pytest.fixture
+def alice(pool: dict[str, Any]) -> Client:
+    return client_for(pool["alice"])
+
+
+def order(pool: dict[str, Any], who: str = "alice", tenant: str = "a", **kw: Any) -> Lease:
+    spec = services.OrderSpec(**{"models": ["H100"], "gpu_count": 8,
+                                 "duration_hours": Decimal(2), **kw})
+    return services.order_create(actor=pool[who], tenant=pool[tenant], spec=spec)
+
+
+def active_lease(pool: dict[str, Any], **kw: Any) -> Lease:
+    lease = order(pool, **kw)
+    drive()
+    lease.refresh_from_db()
+    assert lease.state == "active", lease.state
+    return lease
+
+
+def ed25519_line(seed: int = 1, comment: str = "me@host") -> str:
+    body = struct.pack(">I", 11) + b"ssh-ed25519" + struct.pack(">I", 32) + bytes([seed]) * 32
+    return f"ssh-ed25519 {base64.b64encode(body).decode()} {comment}"
+
+
+def later(hours: int) -> str:
+    return (clock.now() + timedelta(hours=hours)).strftime("%Y-%m-%dT%H:%M")
+
+
+def order_form(**overrides: Any) -> dict[str, Any]:
+    data = {"models": ["H100"], "gpu_count": "8", "gpu_milli": "1000", "nodes": "1",
+            "locality": "any", "priority": "on_demand", "start": "now", "start_at": "",
+            "duration_hours": "2", "name": "train", "idempotency_key": os.urandom(8).hex()}
+    data.update(overrides)
+    return data
