@@ -3,6 +3,7 @@
 from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
+from portal.billing.api import views as billing
 from portal.core.api.views import AuditLogViewSet
 from portal.inventory.api import views as inventory
 from portal.leasing.api import views as leasing
@@ -24,6 +25,10 @@ router.register("leases", leasing.LeaseViewSet, basename="lease")
 urlpatterns = [
     path("me", tenants.MeView.as_view(), name="me"),
     path("capacity", inventory.CapacityView.as_view(), name="capacity"),
+    path("billing/usage", billing.UsageExportView.as_view(), name="billing-usage"),
+    path("billing/invoices", billing.InvoiceListView.as_view(), name="billing-invoices"),
+    path("billing/budget", billing.BudgetView.as_view(), name="billing-budget"),
+    path("billing/showback", billing.ShowbackView.as_view(), name="billing-showback"),
     path("orders", leasing.OrderView.as_view(), name="order-create"),
     path("orders/quote", leasing.QuoteView.as_view(), name="order-quote"),
     path("quotas", leasing.QuotaView.as_view(), name="quota-usage"),

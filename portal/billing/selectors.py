@@ -92,3 +92,35 @@ def budget_usage(*, tenant: Tenant, month: date) -> dict[str, Any]:
 def current_month() -> date:
     at = now()
     return date(at.year, at.month, 1)
+
+
+def showback(*, tenant: Tenant | None, start: datetime | None = None,
+             end: datetime | None = None, limit: int = 500) -> dict[str, Any]:
+    """Paid GPU-hours and cost per lease and per tenant, with measured utilisation."""
+    from portal.billing.telemetry import lease_utilisation
+
+    qs = usage_records(tenant=tenant, start=start, end=end)
+    expr = ExpressionWrapper(F("gpus") * F("seconds"),
+                             output_field=DecimalField(max_digits=20, decimal_places=3))
+    util = lease_utilisation(tenant=tenant, start=start, end=end)
+    per_lease = (qs.order_by().values("lease_id", "lease__name", "tenant__slug", "gpu_model",
+                                      "priority", "currency")
+                 .annotate(gpu_seconds=Sum(expr), cost=Sum("cost"))
+                 .order_by("-cost")[:limit])
+    leases, tenants = [], {}
+    for row in per_lease:
+        hours = (Decimal(str(row["gpu_seconds"] or 0)) / 3600).quantize(Decimal("0.001"))
+        cost = Decimal(str(row["cost"] or 0)).quantize(Decimal("0.01"))
+        leases.append({"lease": str(row["lease_id"]), "name": row["lease__name"],
+                       "tenant": row["tenant__slug"], "gpu_model": row["gpu_model"],
+                       "priority": row["priority"], "gpu_hours": hours, "cost": cost,
+                       "currency": row["currency"],
+                       "gpu_utilization_avg": util.get(row["lease_id"])})
+        t = tenants.setdefault(row["tenant__slug"], {"tenant": row["tenant__slug"],
+                                                     "gpu_hours": Decimal(0),
+                                                     "cost": Decimal(0), "leases": 0})
+        t["gpu_hours"] += hours
+        t["cost"] += cost
+        t["leases"] += 1
+    return {"leases": leases, "tenants": list(tenants.values()),
+            "utilisation_available": bool(util)}

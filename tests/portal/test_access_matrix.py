@@ -64,6 +64,10 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, int]]] = {
     ("switch-list", "GET"): ("none", {}, _row(*STAFF_ONLY)),
     ("fabric-list", "GET"): ("none", {}, _row(*STAFF_ONLY)),
     ("auditlog-list", "GET"): ("none", {}, _row(*ANY_USER)),
+    ("billing-usage", "GET"): ("none", {}, _row(*ANY_USER)),
+    ("billing-invoices", "GET"): ("none", {}, _row(*ANY_USER)),
+    ("billing-budget", "GET"): ("none", {}, _row(401, 200, 200, 200, 200, 400)),
+    ("billing-showback", "GET"): ("none", {}, _row(*ANY_USER)),
     ("auditlog-detail", "GET"): ("audit", {}, _row(401, 404, 404, 404, 200, 200)),
     # leasing: staff have no active tenant unless they pick one (404 "no tenant selected")
     ("order-create", "POST"): ("none", ORDER, _row(401, 201, 403, 201, 201, 404)),
@@ -162,8 +166,9 @@ def test_access(world: dict[str, Any], name: str, method: str, role: str) -> Non
     url = reverse(name, kwargs=_kwargs(kind, world))
     client = client_for(world["users"][role])
     response = getattr(client, method.lower())(url, body, format="json")
-    assert response.status_code == expected[role], (url, role, response.content[:300])
-    text = response.content.decode()
+    body = b"".join(response.streaming_content) if response.streaming else response.content
+    assert response.status_code == expected[role], (url, role, body[:300])
+    text = body.decode()
     if role == "other":
         assert "tenant-a-only" not in text and "a-admin" not in text
         assert "a-lease-secret" not in text and "a-active-secret" not in text

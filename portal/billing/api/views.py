@@ -1,0 +1,90 @@
+"""Billing API: exports, invoices, budget, showback. Tenants see their own (access gate),
+staff see every tenant (or one, with ``?tenant=``)."""
+
+from __future__ import annotations
+
+from datetime import date
+from typing import Any
+
+from django.http import StreamingHttpResponse
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from portal.billing import exports, selectors
+from portal.core.errors import ApplicationError
+from portal.tenants import access
+from portal.tenants.models import Tenant
+
+PERIOD = [OpenApiParameter("from", str, description="YYYY-MM-DD (UTC, inclusive)"),
+          OpenApiParameter("to", str, description="YYYY-MM-DD (UTC, exclusive)"),
+          OpenApiParameter("tenant", str, description="tenant slug (staff: default all)")]
+
+
+def resolve_tenant(request: Any) -> Tenant | None:
+    """The tenant whose data a request may read; ``None`` means all (staff only)."""
+    slug = request.query_params.get("tenant") if hasattr(request, "query_params") \
+        else request.GET.get("tenant")
+    if slug:
+        return access.get_tenant(request.user, slug)
+    if access.is_staff(request.user) and access.active_tenant(request) is None:
+        return None
+    return access.require_active_tenant(request)
+
+
+def stream(request: Any, fmt: str, tenant: Tenant | None) -> StreamingHttpResponse:
+    params = request.GET
+    start = exports.parse_day(params.get("from"), "from")
+    end = exports.parse_day(params.get("to"), "to")
+    body = exports.export(fmt, tenant=tenant, start=start, end=end)
+    response = StreamingHttpResponse(body, content_type=exports.FORMATS[fmt])
+    response["Content-Disposition"] = \
+        f'attachment; filename="{exports.filename(fmt, start, end)}"'
+    return response
+
+
+class UsageExportView(APIView):
+    """Usage lines as CSV, or FinOps FOCUS v1.2 as CSV or JSON Lines, streamed."""
+
+    @extend_schema(parameters=[OpenApiParameter("type", str, enum=list(exports.FORMATS)),
+                               *PERIOD], responses={(200, "text/csv"): str})
+    def get(self, request: Request) -> StreamingHttpResponse:
+        tenant = resolve_tenant(request)
+        return stream(request, request.query_params.get("type", "focus-csv"), tenant)
+
+
+def _month(request: Request) -> date:
+    raw = request.query_params.get("month")
+    if not raw:
+        return selectors.current_month()
+    day = exports.parse_day(f"{raw}-01" if len(raw) == 7 else raw, "month")
+    return date(day.year, day.month, 1)
+
+
+class InvoiceListView(APIView):
+    @extend_schema(parameters=PERIOD[2:], responses=dict)
+    def get(self, request: Request) -> Response:
+        tenant = resolve_tenant(request)
+        rows = selectors.invoices(tenant=tenant).values(
+            "tenant__slug", "month", "currency", "status", "usage_total", "credit_total",
+            "total", "line_count", "finalized_at")[:500]
+        return Response({"results": [{**r, "tenant": r.pop("tenant__slug")} for r in rows]})
+
+
+class BudgetView(APIView):
+    @extend_schema(parameters=[OpenApiParameter("month", str), *PERIOD[2:]], responses=dict)
+    def get(self, request: Request) -> Response:
+        tenant = resolve_tenant(request)
+        if tenant is None:
+            raise ApplicationError("Name a tenant: ?tenant=slug.", fields={"tenant": ["needed"]})
+        return Response(selectors.budget_usage(tenant=tenant, month=_month(request)))
+
+
+class ShowbackView(APIView):
+    @extend_schema(parameters=PERIOD, responses=dict)
+    def get(self, request: Request) -> Response:
+        tenant = resolve_tenant(request)
+        start = exports.parse_day(request.query_params.get("from"), "from")
+        end = exports.parse_day(request.query_params.get("to"), "to")
+        return Response(selectors.showback(tenant=tenant, start=start, end=end))
