@@ -93,6 +93,9 @@ class NodeAgent:
     def tick(self) -> float:
         """Do whatever is due; return seconds until something is due again."""
         now = self.clock()
+        if now >= self.next_sample:  # sample even before enrolment: /metrics works offline
+            self._sample()
+            self.next_sample = now + self.s.sample_interval_s
         if not self.enrolled():
             if now >= self.next_send:
                 try:
@@ -100,10 +103,7 @@ class NodeAgent:
                     self.backoff.reset()
                 except PortalError as exc:
                     self._failed(now, exc)
-            return max(0.0, self.next_send - now)
-        if now >= self.next_sample:
-            self._sample()
-            self.next_sample = now + self.s.sample_interval_s
+            return max(0.0, min(self.next_send, self.next_sample) - now)
         if now >= self.next_report or self.wake.is_set():
             self._spool_report()
             self.next_report = now + self.s.report_interval_s
