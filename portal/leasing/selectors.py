@@ -6,7 +6,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from portal.core import clock
 from portal.core.errors import NotFound
@@ -30,7 +30,8 @@ def lease_list(*, user: AnyUser, tenant: Tenant | None, state: str | None = None
     if state:
         qs = qs.filter(state__in=state.split(","))
     if model:
-        qs = qs.filter(gpu_model=model) | qs.filter(gpu_model="", allowed_models__contains=model)
+        # portable across PostgreSQL and SQLite (no JSON containment on SQLite)
+        qs = qs.filter(Q(gpu_model=model) | Q(gpu_model="", allowed_models__icontains=f'"{model}"'))
     if since:
         qs = qs.filter(end_at__gte=since)
     if until:
