@@ -69,3 +69,17 @@ def test_enrol_validation() -> None:
                                     "hostname": "h", "agent_version": "1"}) == []
     assert {p["field"] for p in protocol.validate_enrol({"protocol": 1, "role": "x"})} == {
         "bootstrap_token", "role", "hostname", "agent_version"}
+
+
+def test_real_h200_sample_is_a_valid_telemetry_item() -> None:
+    import json
+    from pathlib import Path
+
+    item = json.loads((Path(__file__).resolve().parents[1] / "fixtures/nvml/h200-once.json")
+                      .read_text())
+    report = {**_report(), "telemetry": [item]}
+    assert protocol.validate_report(report) == []
+    gpu = item["gpus"][0]
+    assert gpu["name"] == "NVIDIA H200"
+    assert "nvlink_active" not in gpu  # NotSupported on that VM: absent, not []
+    assert 0 < gpu["power_w"] < 1000  # W, not mW
