@@ -1,0 +1,94 @@
+"""Reads for the console (staff see every tenant)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import Count, Q, QuerySet
+
+from portal.core.models import AuditLog
+from portal.inventory.models import Node, Switch, SwitchLink
+from portal.leasing.models import Allocation, Lease, LeaseState
+
+LIVE = [LeaseState.SCHEDULED, LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.RELEASING]
+WAITING = [LeaseState.REQUESTED, LeaseState.QUEUED]
+COLOURS = {"ready": "#2e7d32", "draining": "#f9a825", "drained": "#8d6e63",
+           "down": "#c62828", "maintenance": "#6a1b9a"}
+
+
+def fabric_map() -> dict[str, Any]:
+    """Switches and nodes laid out in rows (spines, leaves, nodes) for an SVG."""
+    spines = list(Switch.objects.filter(role="spine").order_by("description"))
+    leaves = list(Switch.objects.exclude(role="spine").order_by("description"))
+    nodes = list(Node.objects.annotate(
+        held=Count("allocations__gpu", filter=Q(allocations__live=True), distinct=True),
+        gpus_total=Count("gpus", distinct=True)).select_related("leaf").order_by("hostname"))
+    width = max(len(nodes) * 70, len(leaves) * 120, len(spines) * 120, 400)
+    pos: dict[int, tuple[int, int]] = {}
+    out: dict[str, Any] = {"width": width, "height": 330, "spines": [], "leaves": [],
+                           "nodes": [], "links": []}
+    for row, items, y in (("spines", spines, 40), ("leaves", leaves, 150)):
+        step = width / (len(items) + 1)
+        for i, sw in enumerate(items, 1):
+            pos[sw.pk] = (int(i * step), y)
+            out[row].append({"name": sw.description or sw.guid, "x": int(i * step), "y": y})
+    step = width / (len(nodes) + 1)
+    for i, node in enumerate(nodes, 1):
+        x = int(i * step)
+        out["nodes"].append({"hostname": node.hostname, "x": x, "y": 270, "state": node.state,
+                             "colour": COLOURS.get(node.state, "#607d8b"),
+                             "allocated": node.held, "gpus": node.gpus_total,
+                             "busy": bool(node.held)})
+        if node.leaf_id in pos:
+            out["links"].append((*pos[node.leaf_id], x, 270))
+    for link in SwitchLink.objects.all():
+        if link.a_id in pos and link.b_id in pos:
+            out["links"].append((*pos[link.a_id], *pos[link.b_id]))
+    return out
+
+
+def affected_leases(node: Node) -> QuerySet[Lease]:
+    """Leases that hold (or are about to hold) GPUs on ``node``."""
+    ids = Allocation.objects.filter(node=node, live=True).values("lease_id")
+    return Lease.objects.filter(pk__in=ids, state__in=LIVE).select_related("tenant")
+
+
+def queue() -> QuerySet[Lease]:
+    return (Lease.objects.filter(state__in=WAITING).select_related("tenant")
+            .order_by("-queue_boost", "created"))
+
+
+def partitions() -> list[dict[str, Any]]:
+    from portal.fleet.models import NodeDesiredState, NodeObservedState, TenantPartition
+
+    desired = {d.node_id: d for d in NodeDesiredState.objects.select_related("node")}
+    observed = {o.node_id: o for o in NodeObservedState.objects.all()}
+    rows = []
+    for part in TenantPartition.objects.select_related("tenant").order_by("pkey"):
+        ports = []
+        for node_id, d in desired.items():
+            members = [p for p in (d.document or {}).get("partitions", [])
+                       if isinstance(p, dict) and p.get("pkey") in (part.pkey, part.pkey_hex)]
+            if not members:
+                continue
+            obs = observed.get(node_id)
+            in_sync = bool(obs and obs.partitions_in_sync
+                           and obs.generation_applied >= d.generation)
+            ports.append({"node": d.node.hostname, "ports": members, "in_sync": in_sync})
+        rows.append({"partition": part, "ports": ports,
+                     "drift": any(not p["in_sync"] for p in ports)})
+    return rows
+
+
+def audit_entries(*, action: str = "", actor: str = "", tenant: str = "",
+                  object_type: str = "") -> QuerySet[AuditLog]:
+    qs = AuditLog.objects.select_related("tenant")
+    if action:
+        qs = qs.filter(action__icontains=action)
+    if actor:
+        qs = qs.filter(actor_repr__icontains=actor)
+    if tenant:
+        qs = qs.filter(tenant__slug=tenant)
+    if object_type:
+        qs = qs.filter(object_type=object_type)
+    return qs

@@ -1,0 +1,16 @@
+from django.urls import path
+
+from portal.console import views
+
+app_name = "console"
+urlpatterns = [
+    path("", views.index, name="index"),
+    path("fabric/", views.fabric, name="fabric"),
+    path("nodes/<str:hostname>/", views.node, name="node"),
+    path("gpus/<int:pk>/health/", views.gpu_health, name="gpu_health"),
+    path("queue/", views.queue, name="queue"),
+    path("partitions/", views.partitions, name="partitions"),
+    path("tenants/", views.tenants, name="tenants"),
+    path("audit/", views.audit, name="audit"),
+    path("billing/", views.billing_page, name="billing"),
+]
