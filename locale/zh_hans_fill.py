@@ -1,3 +1,4 @@
+# ruff: noqa: E501  (a translation table: one entry per line reads best)
 """Fill locale/zh_Hans/LC_MESSAGES/django.po from the table below (run after makemessages).
 
 Usage: python locale/zh_hans_fill.py && django-admin compilemessages -l zh_Hans
