@@ -14,14 +14,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from asgiref.sync import sync_to_async
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
-from django.views.decorators.http import require_GET, require_POST
 
 from portal.core.errors import ApplicationError
 from portal.fleet import protocol, selectors
 from portal.fleet.api.auth import agent_auth
+from portal.fleet.api.dbthread import run_db
 from portal.fleet.errors import AgentError
 from portal.fleet.services.enrolment import agent_enrol, credential_rotate
 from portal.fleet.services.ingest import report_ingest
@@ -40,18 +39,28 @@ def _error(exc: ApplicationError) -> JsonResponse:
                         status=exc.status_code)
 
 
-def agent_endpoint(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
-    @csrf_exempt
-    @functools.wraps(view)
-    def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        try:
-            return view(request, *args, **kwargs)
-        except ApplicationError as exc:
-            if exc.status_code >= 400 and exc.code not in ("unauthenticated", "forbidden"):
-                log.warning("agent API %s %s: %s %s", request.method, request.path, exc.code,
-                            exc.message)
-            return _error(exc)
-    return wrapper
+def agent_endpoint(method: str) -> Callable[[Callable[..., HttpResponse]], Any]:
+    """Turn a sync handler into an async, CSRF-exempt view that runs it in the agent
+    API's database threads (``dbthread``) and renders protocol errors (§4)."""
+
+    def decorate(view: Callable[..., HttpResponse]) -> Any:
+        def handle(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            try:
+                return view(request, *args, **kwargs)
+            except ApplicationError as exc:
+                if exc.code not in ("unauthenticated", "forbidden"):
+                    log.warning("agent API %s %s: %s %s", request.method, request.path,
+                                exc.code, exc.message)
+                return _error(exc)
+
+        @csrf_exempt
+        @functools.wraps(view)
+        async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method != method:
+                return HttpResponseNotAllowed([method])
+            return await run_db(request, handle, request, *args, **kwargs)
+        return wrapper
+    return decorate
 
 
 def _body(request: HttpRequest) -> dict[str, Any]:
@@ -67,8 +76,7 @@ def _body(request: HttpRequest) -> dict[str, Any]:
     return body
 
 
-@agent_endpoint
-@require_POST
+@agent_endpoint("POST")
 def enrol(request: HttpRequest) -> HttpResponse:
     body = _body(request)
     if problems := protocol.validate_enrol(body):
@@ -79,8 +87,7 @@ def enrol(request: HttpRequest) -> HttpResponse:
                          "long_poll_timeout_s": LONG_POLL_TIMEOUT_S}, status=201)
 
 
-@agent_endpoint
-@require_POST
+@agent_endpoint("POST")
 def reports(request: HttpRequest, node_id: str) -> HttpResponse:
     cred = agent_auth.authenticate(request, node_id)
     body = _body(request)
@@ -92,8 +99,7 @@ def reports(request: HttpRequest, node_id: str) -> HttpResponse:
     return JsonResponse(report_ingest(agent=cred.agent, body=body))
 
 
-@agent_endpoint
-@require_POST
+@agent_endpoint("POST")
 def credential(request: HttpRequest, node_id: str) -> HttpResponse:
     cred = agent_auth.authenticate(request, node_id)
     _body(request)
@@ -119,18 +125,18 @@ def _who(request: HttpRequest, node_id: str) -> tuple[str, int | None]:
 
 
 @csrf_exempt
-@require_GET
 async def desired_state(request: HttpRequest, node_id: str) -> HttpResponse:
+    if request.method != "GET":
+        return HttpResponseNotAllowed(["GET"])
     try:
         after, wait = _params(request)
-        role, node_pk = await sync_to_async(_who)(request, node_id)
+        role, node_pk = await run_db(request, _who, request, node_id)
     except ApplicationError as exc:
         return _error(exc)
-    fetch = sync_to_async(selectors.desired_document)
     deadline = time.monotonic() + wait
-    while True:  # autocommit reads only: no transaction is held while waiting
-        document = await fetch(agent_id=node_id, role=role, node_pk=node_pk,
-                               after_generation=after)
+    while True:  # short autocommit reads: no transaction or thread is held while waiting
+        document = await run_db(request, selectors.desired_document, agent_id=node_id,
+                                role=role, node_pk=node_pk, after_generation=after)
         if document is not None:
             return JsonResponse(document)
         remaining = deadline - time.monotonic()

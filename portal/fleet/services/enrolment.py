@@ -15,7 +15,14 @@ from portal.core import clock
 from portal.core.errors import PermissionDenied
 from portal.core.services import audit_record
 from portal.fleet.errors import AgentError
-from portal.fleet.models import Agent, AgentCredential, BootstrapToken, NodeHealth
+from portal.fleet.models import (
+    Agent,
+    AgentCredential,
+    AgentReport,
+    BootstrapToken,
+    NodeDesiredState,
+    NodeHealth,
+)
 from portal.fleet.models.agents import Role
 from portal.fleet.services.desired import agent_for_node, new_agent_id
 from portal.fleet.services.inventory_sync import node_for_enrolment
@@ -73,8 +80,8 @@ def agent_enrol(*, body: dict[str, Any]) -> tuple[Agent, str]:
         agent = Agent.objects.filter(role=Role.FABRIC, hostname=body["hostname"]).first() \
             or Agent.objects.create(agent_id=new_agent_id(), role=Role.FABRIC,
                                     hostname=body["hostname"])
-    # a re-enrolled host (reinstalled) replaces its credentials
-    AgentCredential.objects.filter(agent=agent, revoked_at__isnull=True).update(revoked_at=now)
+    if agent.enrolled_at is not None:
+        _new_identity(agent)
     agent.enrolled_at, agent.agent_version = now, body["agent_version"][:32]
     agent.machine_id = str(body.get("machine_id") or "")[:64]
     agent.save(update_fields=["enrolled_at", "agent_version", "machine_id"])
@@ -87,11 +94,30 @@ def agent_enrol(*, body: dict[str, Any]) -> tuple[Agent, str]:
     return agent, raw
 
 
+def _new_identity(agent: Agent) -> None:
+    """A re-enrolled (reinstalled) host starts its ``seq`` again at 1: it gets a new
+    protocol identity, so its reports are not mistaken for resends of the old one's. The
+    old credentials are revoked and the old idempotency keys dropped."""
+    old_id = agent.agent_id
+    AgentCredential.objects.filter(agent=agent, revoked_at__isnull=True).update(
+        revoked_at=clock.now())
+    AgentReport.objects.filter(agent=agent).delete()
+    agent.agent_id, agent.last_seq = new_agent_id(), 0
+    agent.save(update_fields=["agent_id", "last_seq"])
+    if agent.node_id is not None:
+        desired = NodeDesiredState.objects.select_for_update().filter(node_id=agent.node_id)
+        for row in desired:
+            row.document = {**row.document, "node_id": agent.agent_id} if row.document else {}
+            row.save(update_fields=["document", "updated"])
+    audit_record(actor=None, action="fleet.agent_reenrol", obj=agent,
+                 changes={"agent_id": [old_id, agent.agent_id]})
+
+
 def credential_authenticate(raw: str) -> AgentCredential | None:
     """The live credential for ``raw`` (not revoked, not past its overlap), or None."""
     if not raw.startswith("gpn_"):
         return None
-    cred = (AgentCredential.objects.select_related("agent__node__health")
+    cred = (AgentCredential.objects.select_related("agent__node__health", "agent__node__observed")
             .filter(credential_hash=digest(raw), revoked_at__isnull=True).first())
     if cred is None or (cred.valid_until is not None and cred.valid_until <= clock.now()):
         return None

@@ -148,6 +148,13 @@ def _node_observed(node: Node, observed: dict[str, Any]) -> None:
     values = {"generation_applied": observed["generation_applied"],
               "partitions_in_sync": all(p.get("in_sync") is True for p in parts),
               "document": observed, "updated": clock.now()}
+    try:
+        old = node.observed  # loaded with the credential (select_related)
+        if (old.generation_applied, old.partitions_in_sync, old.document) == (
+                values["generation_applied"], values["partitions_in_sync"], observed):
+            return  # unchanged: no write on the hot path
+    except NodeObservedState.DoesNotExist:
+        pass
     if not NodeObservedState.objects.filter(node=node).update(**values):
         NodeObservedState.objects.update_or_create(node=node, defaults=values)
 

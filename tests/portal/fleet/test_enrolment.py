@@ -132,3 +132,20 @@ def test_revoked_and_unknown_credentials_401(agent_client) -> None:
 
     credential_revoke(actor=None, agent=Agent.objects.get(agent_id=agent_client.node_id))
     assert agent_client.report(body).status_code == 401
+
+
+@pytest.mark.django_db
+def test_reenrolled_host_gets_a_new_identity_and_seq_starts_again(agent_client,
+                                                                  other_agent) -> None:
+    from portal.fleet import services
+
+    agent_client.enrol("gpu-node-07", inventory=INVENTORY)
+    first_id, first_cred = agent_client.node_id, agent_client.credential
+    assert agent_client.report(report(first_id, 1)).json()["status"] == "accepted"
+    node = Node.objects.get(hostname="gpu-node-07")
+    services.node_desired_set(node=node, partitions=[], access_grants=[])
+    assert other_agent.enrol("gpu-node-07", inventory=INVENTORY).status_code == 201
+    assert other_agent.node_id != first_id and Node.objects.count() == 1
+    assert other_agent.report(report(other_agent.node_id, 1)).json()["status"] == "accepted"
+    assert agent_client.report(report(first_id, 2), credential=first_cred).status_code == 401
+    assert other_agent.desired(after=0).json()["node_id"] == other_agent.node_id
