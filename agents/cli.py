@@ -175,6 +175,34 @@ def _run(agent: NodeAgent, cfg: dict[str, dict[str, Any]], watcher: XidWatcher |
     return 0
 
 
+def cmd_faketree(args: argparse.Namespace) -> int:
+    from agents.sysfs.faketree import FakeSysfsWriter, gpu_node_hcas
+
+    writer = FakeSysfsWriter(args.out)
+    for hca in gpu_node_hcas(args.node_index, args.hcas):
+        writer.add(hca)
+    print(args.out)
+    return 0
+
+
+def cmd_fakeportal(args: argparse.Namespace) -> int:
+    from agents.client.fakeportal import FakePortal, serve
+
+    jsonlog.setup("INFO")
+    portal = FakePortal()
+    host, _, port = args.listen.rpartition(":")
+    server = serve(portal, host or "127.0.0.1", int(port))
+    token = portal.issue_bootstrap_token(uses=args.token_uses)
+    print(json.dumps({"url": f"http://{host}:{server.server_address[1]}",
+                      "bootstrap_token": token}), flush=True)  # fmt: skip
+    stop = _stop_event()
+    while not stop.wait(10):
+        log.info("fake portal", extra={"nodes": len(portal.nodes), "reports": sum(
+            len(n.reports) for n in portal.nodes.values())})  # fmt: skip
+    server.shutdown()
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m agents", description="gpupool agents")
     sub = p.add_subparsers(dest="command", required=True)
@@ -187,6 +215,13 @@ def parser() -> argparse.ArgumentParser:
     node.add_argument("--format", choices=("json", "prometheus"), default="json")
     fabric = sub.add_parser("fabric", help="subnet-manager host agent")
     fabric.add_argument("--config", type=Path, required=True, help="fabric.toml")
+    tree = sub.add_parser("faketree", help="write a fake sysfs InfiniBand tree (demo, tests)")
+    tree.add_argument("--out", type=Path, required=True, help="directory playing /sys")
+    tree.add_argument("--node-index", type=int, default=1)
+    tree.add_argument("--hcas", type=int, default=1)
+    fp = sub.add_parser("fakeportal", help="serve the in-memory reference portal (demo)")
+    fp.add_argument("--listen", default="127.0.0.1:8765")
+    fp.add_argument("--token-uses", type=int, default=1000)
     sim = sub.add_parser("simulate", help="many fake node agents against a portal")
     from agents.simulate import add_arguments
 
@@ -206,6 +241,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_node(args)
         if args.command == "fabric":
             return cmd_fabric(args)
+        if args.command == "faketree":
+            return cmd_faketree(args)
+        if args.command == "fakeportal":
+            return cmd_fakeportal(args)
         from agents.simulate import run as simulate
 
         return simulate(args)

@@ -196,3 +196,27 @@ def test_example_configs_load(name: str, defaults: dict) -> None:
     cfg = config.load(ROOT / "agents" / "examples" / name, defaults, env={})
     assert cfg == {k: {**defaults[k], **cfg[k]} for k in defaults}
     assert cfg["portal"]["url"] == "https://gpupool.example.org"
+
+
+def test_fakeportal_and_faketree_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["faketree", "--out", str(tmp_path / "sys"), "--node-index", "4", "--hcas", "2"]) == 0
+    assert (tmp_path / "sys/class/infiniband/mlx5_1/ports/1/rate").read_text() == "400 Gb/sec (4X NDR)\n"
+    proc = subprocess.Popen([sys.executable, "-m", "agents", "fakeportal", "--listen", "127.0.0.1:0"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        assert proc.stdout is not None
+        info = json.loads(proc.stdout.readline())
+        from agents.client.portal import PortalClient
+
+        client = PortalClient(info["url"])
+        cred = client.enrol({"protocol": 1, "bootstrap_token": info["bootstrap_token"],
+                             "role": "node", "hostname": "demo", "agent_version": "0"})
+        assert cred.node_id.startswith("nd_")
+        assert client.desired_state(0, 0) is None
+        client.close()
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
