@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,6 +17,7 @@ class FabricApplier:
     def __init__(self, manager: FabricManager, verify_timeout_s: float = 30.0,
                  sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
         self.manager, self.verify_timeout_s, self.sleep = manager, verify_timeout_s, sleep
+        self._lock = threading.RLock()
         self.generation_applied = 0
         self.generation_seen = 0
         self.pmap = PartitionMap(0)
@@ -24,6 +26,10 @@ class FabricApplier:
         self._guids: set[str] = set()
 
     def apply(self, desired: dict[str, Any]) -> None:
+        with self._lock:  # long-poll thread applies while the loop reports
+            self._apply(desired)
+
+    def _apply(self, desired: dict[str, Any]) -> None:
         generation = int(desired["generation"])
         self.generation_seen = max(self.generation_seen, generation)
         if generation < self.generation_applied:
@@ -56,6 +62,10 @@ class FabricApplier:
             self.sleep(1.0)
 
     def observed(self) -> dict[str, Any]:
+        with self._lock:
+            return self._observed()
+
+    def _observed(self) -> dict[str, Any]:
         return {
             "generation_applied": self.generation_applied,
             "generation_seen": self.generation_seen,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from agents.node.access import AccessManager, Grant
@@ -17,6 +18,7 @@ class NodeApplier:
     def __init__(self, ib: InfinibandCollector, access: AccessManager,
                  ipoib: IpoibManager | None = None, ipoib_parent: str = "ib0") -> None:  # fmt: skip
         self.ib, self.access, self.ipoib, self.ipoib_parent = ib, access, ipoib, ipoib_parent
+        self._lock = threading.RLock()
         self.generation_applied = 0
         self.generation_seen = 0
         self.desired: dict[str, Any] = {"partitions": [], "access_grants": []}
@@ -27,6 +29,10 @@ class NodeApplier:
         self.last_devices = devices
 
     def apply(self, desired: dict[str, Any]) -> None:
+        with self._lock:  # long-poll thread applies while the loop reports
+            self._apply(desired)
+
+    def _apply(self, desired: dict[str, Any]) -> None:
         generation = int(desired["generation"])
         self.generation_seen = max(self.generation_seen, generation)
         if generation < self.generation_applied:
@@ -71,6 +77,10 @@ class NodeApplier:
             self.errors.append({"item": item, "message": f"{type(exc).__name__}: {exc}"})
 
     def observed(self) -> dict[str, Any]:
+        with self._lock:
+            return self._observed()
+
+    def _observed(self) -> dict[str, Any]:
         children: list[dict[str, Any]] = []
         if self.ipoib is not None:
             kids = sorted(self.ipoib.children(self.ipoib_parent).items())
