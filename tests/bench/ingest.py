@@ -179,6 +179,8 @@ def _run(args: argparse.Namespace, env: dict[str, str], port: int, token_file: P
         "unsent_in_spool": summary["spooled"], "dropped_total": dropped,
         "cpu_s_in_window": {k: round(cpu1[k] - cpu0[k], 1) for k in cpu0},
         "cpu_cores_in_window": {k: round((cpu1[k] - cpu0[k]) / window, 2) for k in cpu0},
+        "cpu_ms_per_report": {k: round((cpu1[k] - cpu0[k]) / max(in_window, 1) * 1000, 1)
+                              for k in ("server", "simulator", "postgres")},
     }
 
 
