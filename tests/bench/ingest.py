@@ -155,11 +155,16 @@ def _run(args: argparse.Namespace, env: dict[str, str], port: int, token_file: P
          "--interval", str(args.interval), "--duration", str(args.seconds),
          "--workers", str(args.sim_workers), "--state-dir", str(tmp / "sim")],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    while stored_since(db, started) == 0:  # the simulator builds its fake hosts first
+        if sim.poll() is not None or time.time() - started > 900:
+            raise SystemExit("the simulator sent nothing")
+        time.sleep(1)
+    first = time.time()
     time.sleep(warmup)
     window_start, cpu0 = time.time(), snapshot(server_pid, sim.pid)
-    time.sleep(max(0.0, args.seconds - warmup - 1))
+    time.sleep(max(1.0, first + args.seconds - 5 - time.time()))
     window_end, cpu1 = time.time(), snapshot(server_pid, sim.pid)
-    out, _ = sim.communicate(timeout=args.seconds + 120)
+    out, _ = sim.communicate(timeout=args.seconds + 300)
     summary = json.loads(out.decode().strip().splitlines()[-1])
     window = window_end - window_start
     in_window = stored_since(db, window_start, window_end)
