@@ -46,9 +46,10 @@ def find(state: ClusterState, request: Request, shape: Shape, topology: Topology
     if request.nodes == 1:
         choice = state.best(shape)
         return Found((choice,), 0) if choice is not None else None
-    names = [n.name for n in state.nodes]
-    picked = select_gang(state.feasible_nodes(shape), request.nodes, names, topology,
-                         gang_locality(request, relax))
+    if state.count_feasible(shape) < request.nodes:
+        return None
+    picked = select_gang(state.feasible_nodes(shape), request.nodes, state.names, topology,
+                         gang_locality(request, relax), state.ancestors(topology))
     if picked is None:
         return None
     choices, hops = picked

@@ -13,7 +13,7 @@ import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from scheduler.model import MILLI, Node, NodeAllocation, NodeState
+from scheduler.model import MILLI, Node, NodeAllocation, NodeState, Topology
 from scheduler.nodestate import NodeKey, Option, Shape, apply, make_key, options
 from scheduler.policy import Cost, Policy
 from scheduler.scores import ScoreContext
@@ -43,6 +43,7 @@ class ClusterState:
         self.ctx = ctx
         self.nodes = tuple(nodes)
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.names = [n.name for n in self.nodes]
         self.ready = [n.state == NodeState.READY for n in self.nodes]
         self.cpu_free = [n.cpu_milli for n in self.nodes]
         self.mem_free = [n.memory_mib for n in self.nodes]
@@ -60,6 +61,17 @@ class ClusterState:
         self.changes: list[int] = []
         self.heaps: dict[Shape, _ShapeHeap] = {}
         self.memo: dict[tuple[NodeKey, Shape], Eval] = {}
+        # Equivalence classes: ready nodes by state key (insertion-ordered sets).
+        self.classes: dict[NodeKey, dict[int, None]] = {}
+        for i, key in enumerate(self.keys):
+            if self.ready[i]:
+                self.classes.setdefault(key, {})[i] = None
+        self._ancestors: list[tuple[str, ...]] | None = None
+        # Preemption search results per (node, version, shape, candidate lease ids):
+        # (how many of the ordered candidates to preempt, evaluation) or None.
+        self.victim_memo: dict[tuple[int, int, int, tuple[str, ...]],
+                               tuple[tuple[int, ...], int, tuple[Cost, Option]] | None] = {}
+        self._shape_ids: dict[Shape, int] = {}
 
     @staticmethod
     def _domains_of(node: Node) -> list[list[int]]:
@@ -136,13 +148,46 @@ class ClusterState:
         return found
 
     def feasible_nodes(self, shape: Shape) -> list[Choice]:
-        """Every node that can host ``shape`` now, in node order."""
-        out = []
-        for i in range(len(self.nodes)):
-            ev = self.eval_node(i, shape)
+        """Every node that can host ``shape`` now, in node order (one evaluation per
+        equivalence class)."""
+        out: list[Choice] = []
+        for key, members in self.classes.items():
+            ev = self.evaluate(key, shape)
             if ev is not None:
-                out.append(Choice(i, ev[0], ev[1]))
+                cost, opt = ev
+                out.extend(Choice(i, cost, opt) for i in members)
+        out.sort(key=lambda c: c.node)
         return out
+
+    def shape_id(self, shape: Shape) -> int:
+        """A small int standing for ``shape`` in memo keys (cheaper to hash)."""
+        return self._shape_ids.setdefault(shape, len(self._shape_ids))
+
+    def count_feasible(self, shape: Shape) -> int:
+        """How many nodes can host ``shape`` now (from class-level evaluations only)."""
+        return sum(len(members) for key, members in self.classes.items()
+                   if self.evaluate(key, shape) is not None)
+
+    def ancestors(self, topology: Topology) -> list[tuple[str, ...]]:
+        """Each node's switches from the leaf up (computed once per state)."""
+        if self._ancestors is None:
+            self._ancestors = [topology.ancestors(n.name) for n in self.nodes]
+        return self._ancestors
+
+    def key_released(self, i: int, parts: Iterable[NodeAllocation]) -> NodeKey:
+        """Node ``i``'s state key as if ``parts`` (allocations on it) were released;
+        nothing changes (no version bump, no change-log entry)."""
+        free = dict(self.gpu_free[i])
+        cpu, mem = self.cpu_free[i], self.mem_free[i]
+        for part in parts:
+            for gpu, milli in part.gpus:
+                if gpu in free:
+                    free[gpu] += milli
+            cpu += part.cpu_milli
+            mem += part.memory_mib
+        n = self.nodes[i]
+        doms = [[free[g] for g in dom] for dom in self.domains[i]]
+        return make_key(n.model, n.cpu_milli, n.memory_mib, cpu, mem, doms)[0]
 
     # ----------------------------------------------------------------- mutation
     def gpus_for(self, i: int, shape: Shape, option: Option) -> tuple[tuple[int, int], ...]:
@@ -186,13 +231,24 @@ class ClusterState:
         self.consume(alloc, -1)
 
     def set_ready(self, i: int, ready: bool) -> None:
+        self._leave_class(i)
         self.ready[i] = ready
         self._touch(i)
 
     def _touch(self, i: int) -> None:
+        self._leave_class(i)
         self.version[i] += 1
         self.keys[i], self.order[i] = self._make_key(i)
         self.changes.append(i)
+        if self.ready[i]:
+            self.classes.setdefault(self.keys[i], {})[i] = None
+
+    def _leave_class(self, i: int) -> None:
+        members = self.classes.get(self.keys[i])
+        if members is not None and i in members:
+            del members[i]
+            if not members:
+                del self.classes[self.keys[i]]
 
     # ----------------------------------------------------------------- metrics
     def fits_now(self, alloc: NodeAllocation) -> bool:

@@ -81,15 +81,18 @@ class _Pass:
         if found is None:
             guaranteed = bool(adm.guaranteed)
             cands = reclaimable(list(self.active.values()), req, guaranteed)
+            if not cands:
+                return None
             pshape = replace(shape, models=adm.guaranteed) if guaranteed else shape
             pre = find_with_victims(self.base, req, pshape, self.snapshot.topology, cands)
             if pre is None:
                 return None
             found, victims, shape = pre.found, pre.victims, pshape
+            gone = {v.id for v in victims}
             for v in victims:
                 self.active.pop(v.id, None)
-                self.committed = [le for le in self.committed if le.id != v.id]
                 self.ledger.add(v.tenant, v.model, -v.milli)
+            self.committed = [le for le in self.committed if le.id not in gone]
         return self._commit(self.base, req, shape, adm, found, victims)
 
     def _commit(self, state: ClusterState, req: Request, shape: Shape, adm: Admission,

@@ -8,12 +8,15 @@ lowest common switch that can, spanning as few leaves as possible.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from scheduler.cluster import Choice
 from scheduler.model import Locality, LocalityLevel, Topology
 
 UNBOUNDED = 1_000
+
+# Node index -> switches from its leaf up.
+Ancestors = Mapping[int, tuple[str, ...]] | Sequence[tuple[str, ...]]
 
 
 def max_hops(locality: Locality | None) -> tuple[int, bool]:
@@ -37,13 +40,17 @@ def group_key(ancestors: tuple[str, ...], level: int, node_name: str) -> str:
 
 def select_gang(
     choices: Sequence[Choice], count: int, names: Sequence[str], topology: Topology,
-    locality: Locality | None,
+    locality: Locality | None, node_ancestors: Ancestors | None = None,
 ) -> tuple[list[Choice], int] | None:
-    """``count`` nodes from ``choices`` and the hop level they span, or None."""
+    """``count`` nodes from ``choices`` and the hop level they span, or None.
+
+    ``node_ancestors[i]`` may give node ``i``'s switches precomputed (else they are
+    looked up in ``topology``)."""
     if len(choices) < count:
         return None
-    ancestors = {c.node: topology.ancestors(names[c.node]) for c in choices}
-    depth = max((len(a) for a in ancestors.values()), default=0)
+    ancestors: Ancestors = node_ancestors if node_ancestors is not None else {
+        c.node: topology.ancestors(names[c.node]) for c in choices}
+    depth = max((len(ancestors[c.node]) for c in choices), default=0)
     limit, required = max_hops(locality)
     top = depth if not required else min(limit, depth)
     for level in range(top + 1):
@@ -57,7 +64,7 @@ def select_gang(
 
 def _best_group(
     choices: Sequence[Choice], count: int, names: Sequence[str],
-    ancestors: dict[int, tuple[str, ...]], level: int,
+    ancestors: Ancestors, level: int,
 ) -> list[Choice] | None:
     groups: dict[str, list[Choice]] = {}
     for c in choices:
@@ -71,7 +78,7 @@ def _best_group(
 
 def _fewest_leaves(
     group: Sequence[Choice], count: int, names: Sequence[str],
-    ancestors: dict[int, tuple[str, ...]],
+    ancestors: Ancestors,
 ) -> list[Choice]:
     """Take whole leaves first (largest first), best-cost nodes within a leaf."""
     leaves: dict[str, list[Choice]] = {}
@@ -89,6 +96,6 @@ def _fewest_leaves(
 
 def _spread(
     choices: Sequence[Choice], count: int, names: Sequence[str],
-    ancestors: dict[int, tuple[str, ...]],
+    ancestors: Ancestors,
 ) -> list[Choice]:
     return _fewest_leaves(choices, count, names, ancestors)

@@ -16,7 +16,8 @@ from scheduler.attempt import Found
 from scheduler.cluster import Choice, ClusterState
 from scheduler.gang import select_gang
 from scheduler.model import Lease, PriorityClass, Request, Topology
-from scheduler.nodestate import Shape
+from scheduler.nodestate import Option, Shape
+from scheduler.policy import Cost
 
 
 @dataclass(frozen=True)
@@ -40,23 +41,46 @@ def _order(lease: Lease) -> tuple[int, int, int, str]:
     return (-int(lease.priority), -lease.start, lease.milli, lease.id)
 
 
-def _victims_on(state: ClusterState, i: int, shape: Shape, leases: Sequence[Lease],
-                ) -> tuple[list[Lease], Choice] | None:
-    """Fewest leases on node ``i`` whose removal lets ``shape`` fit there."""
-    name = state.nodes[i].name
-    released = []
-    found: tuple[list[Lease], Choice] | None = None
-    for lease in sorted(leases, key=_order):
-        part = next(p for p in lease.parts if p.node == name)
-        state.release(part)
-        released.append((lease, part))
-        ev = state.eval_node(i, shape)
+VictimOption = tuple[int, int, int, list[Lease], Choice]  # (count, milli, node, ...)
+
+
+def _victims_on(state: ClusterState, i: int, sid: int, shape: Shape,
+                leases: Sequence[Lease]) -> VictimOption | None:
+    """Fewest leases on node ``i`` whose removal lets ``shape`` fit there.
+
+    Evaluated on the state key the node would have (nothing is released, so the
+    shape heaps are not disturbed) and memoised per node version, shape and candidate
+    set, so a node that did not change since the last search costs one lookup.
+    """
+    memo_key = (i, state.version[i], sid, tuple(le.id for le in leases))
+    memo = state.victim_memo
+    if memo_key in memo:
+        hit = memo[memo_key]
+    else:
+        hit = _search_node(state, i, shape, leases)
+        if len(state.victim_memo) > 200_000:
+            state.victim_memo.clear()
+        state.victim_memo[memo_key] = hit
+    if hit is None:
+        return None
+    picked, milli, (cost, opt) = hit
+    return (len(picked), milli, i, [leases[k] for k in picked], Choice(i, cost, opt))
+
+
+def _search_node(state: ClusterState, i: int, shape: Shape, leases: Sequence[Lease],
+                 ) -> tuple[tuple[int, ...], int, tuple[Cost, Option]] | None:
+    order = sorted(range(len(leases)), key=lambda k: _order(leases[k]))
+    name = state.names[i]
+    parts = [next(p for p in leases[k].parts if p.node == name) for k in order]
+    # Bound: if releasing every candidate does not make room, no prefix does.
+    if state.evaluate(state.key_released(i, parts), shape) is None:
+        return None
+    for count in range(1, len(parts) + 1):
+        ev = state.evaluate(state.key_released(i, parts[:count]), shape)
         if ev is not None:
-            found = ([le for le, _ in released], Choice(i, ev[0], ev[1]))
-            break
-    for _, part in released:
-        state.consume(part)
-    return found
+            picked = tuple(order[:count])
+            return picked, sum(leases[k].milli for k in picked), ev
+    return None  # pragma: no cover - the bound above guarantees a prefix fits
 
 
 def find_with_victims(
@@ -64,34 +88,41 @@ def find_with_victims(
     candidates: Sequence[Lease],
 ) -> Preemption | None:
     """A placement that becomes possible after preempting some ``candidates``."""
+    if not candidates:
+        return None
     by_node: dict[int, list[Lease]] = {}
+    index, ready = state.index, state.ready
     for lease in candidates:
         for part in lease.parts:
-            i = state.index.get(part.node)
-            if i is not None and state.ready[i]:
+            i = index.get(part.node)
+            if i is not None and ready[i]:
                 by_node.setdefault(i, []).append(lease)
-    options: list[tuple[list[Lease], Choice]] = []
+    sid = state.shape_id(shape)
+    options: list[VictimOption] = []
     for i in sorted(by_node):
-        hit = _victims_on(state, i, shape, by_node[i])
+        hit = _victims_on(state, i, sid, shape, by_node[i])
         if hit is not None:
             options.append(hit)
+    if not options:
+        return None
     if request.nodes == 1:
-        if not options:
-            return None
-        victims, choice = min(options, key=lambda o: (len(o[0]), sum(v.milli for v in o[0]),
-                                                      o[1].node))
-        return _finish(state, shape, [choice], 0, victims)
-    return _gang(state, request, shape, topology, options)
+        best = min(options, key=lambda o: (o[0], o[1], o[2]))
+        return _finish(state, shape, [best[4]], 0, best[3])
+    return _gang(state, request, shape, topology, [(o[3], o[4]) for o in options])
 
 
 def _gang(state: ClusterState, request: Request, shape: Shape, topology: Topology,
           options: list[tuple[list[Lease], Choice]]) -> Preemption | None:
     victims_of = {c.node: v for v, c in options}
     pool = [Choice(c.node, (0.0, *c.cost), c.option) for c in state.feasible_nodes(shape)]
+    free_now = {p.node for p in pool}
     pool += [Choice(c.node, (float(len(v)), *c.cost), c.option) for v, c in options
-             if c.node not in {p.node for p in pool}]
-    names = [n.name for n in state.nodes]
-    picked = select_gang(pool, request.nodes, names, topology, request.locality)
+             if c.node not in free_now]
+    if len(pool) < request.nodes:
+        return None
+    pool.sort(key=lambda c: c.node)
+    picked = select_gang(pool, request.nodes, state.names, topology, request.locality,
+                         state.ancestors(topology))
     if picked is None:
         return None
     choices, hops = picked
