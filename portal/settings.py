@@ -151,6 +151,12 @@ RECONCILE_EVERY_S = float(os.environ.get("GPUPOOL_RECONCILE_EVERY_S", "5"))
 CELERY_BEAT_SCHEDULE = {
     "reconcile-leases": {"task": "portal.leasing.tasks.reconcile",
                          "schedule": RECONCILE_EVERY_S},
+    "meter-usage": {"task": "billing.meter_usage",
+                    "schedule": float(os.environ.get("GPUPOOL_METER_EVERY_S", "300"))},
+    "finalize-invoices": {"task": "billing.finalize_invoices", "schedule": 3600.0},
+    "fleet-health-sweep": {"task": "portal.fleet.tasks.fleet_health_sweep", "schedule": 15.0},
+    "fleet-telemetry-purge": {"task": "portal.fleet.tasks.fleet_telemetry_purge",
+                              "schedule": 3600.0},
 }
 
 # --- gpupool ------------------------------------------------------------------------------

@@ -26,16 +26,24 @@ def start_worker_thread() -> threading.Thread:
     return thread
 
 
-def start_beat_thread(every_s: float) -> threading.Thread:
-    """A tiny beat for the demo: enqueue each periodic task on its interval."""
+def start_beat_thread() -> threading.Thread:
+    """A tiny beat for the demo: enqueue each periodic task on its own interval."""
     import time
 
     from django.conf import settings
 
+    schedule = {name: float(entry["schedule"])
+                for name, entry in settings.CELERY_BEAT_SCHEDULE.items()}
+    due = dict.fromkeys(schedule, time.monotonic() + 1.0)
+
     def loop() -> None:
         while True:
-            time.sleep(every_s)
-            for entry in settings.CELERY_BEAT_SCHEDULE.values():
+            time.sleep(0.5)
+            now = time.monotonic()
+            for name, entry in settings.CELERY_BEAT_SCHEDULE.items():
+                if now < due[name]:
+                    continue
+                due[name] = now + schedule[name]
                 try:
                     app.send_task(entry["task"])
                 except Exception:

@@ -29,7 +29,7 @@ class Command(BaseCommand):
             from portal.core.inprocess import start_beat_thread, start_worker_thread
 
             start_worker_thread()
-            start_beat_thread(settings.RECONCILE_EVERY_S)
+            start_beat_thread()
         url = f"http://{opts['host']}:{opts['port']}/"
         logins = ", ".join(u for u, _, _ in demo.DEMO_USERS)
         self.stdout.write(self.style.SUCCESS(
