@@ -27,6 +27,7 @@ LOCALITY = {"nvlink": core.LocalityLevel.NVLINK, "node": core.LocalityLevel.NODE
             "leaf": core.LocalityLevel.LEAF, "spine": core.LocalityLevel.SPINE}
 HOLDING_STATES = (LeaseState.SCHEDULED, LeaseState.PROVISIONING, LeaseState.ACTIVE,
                   LeaseState.RELEASING)
+LINGERING = (LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.RELEASING)
 FAR_FUTURE = 2**40
 
 
@@ -77,9 +78,12 @@ def _leases(exclude: Iterable[str] = ()) -> tuple[core.Lease, ...]:
             "lease_id", "node__hostname", "gpu__index"):
         parts[lease_id][(hostname, index)] += MILLI_PER_SLOT
     out: list[core.Lease] = []
+    # A lease past its end still holds its GPUs until its teardown finished (expiry runs
+    # on a beat): never hand them to someone else before that.
+    on_hardware = int(clock.now().timestamp()) + 1
     for lease in Lease.objects.filter(pk__in=list(parts)).only(
-            "id", "tenant__slug", "priority", "start_at", "end_at", "borrowed", "gpu_model"
-    ).select_related("tenant"):
+            "id", "tenant__slug", "priority", "start_at", "end_at", "borrowed", "gpu_model",
+            "state").select_related("tenant"):
         if str(lease.id) in skip:
             continue
         by_node: dict[str, list[tuple[int, int]]] = defaultdict(list)
@@ -88,7 +92,9 @@ def _leases(exclude: Iterable[str] = ()) -> tuple[core.Lease, ...]:
         out.append(core.Lease(
             id=str(lease.id), tenant=lease.tenant.slug, priority=PRIORITY[lease.priority],
             parts=tuple(core.NodeAllocation(node=h, gpus=tuple(g)) for h, g in by_node.items()),
-            start=int(lease.start_at.timestamp()), end=int(lease.end_at.timestamp()),
+            start=int(lease.start_at.timestamp()),
+            end=max(int(lease.end_at.timestamp()),
+                    on_hardware if lease.state in LINGERING else 0),
             borrowed=lease.borrowed, model=lease.gpu_model))
     return tuple(out)
 

@@ -101,8 +101,8 @@ def _try_place(lease: Lease, placement: allocation.Placement, now: datetime) -> 
             if not _quota_allows(lease, placement):
                 _note_wait(lease, "quota", None)
                 return 0
+            _preempt(placement.victims, by=lease)  # first: frees the victims' slots
             _write_allocations(lease, placement)
-            _preempt(placement.victims, by=lease)
             _mark_placed(lease, placement, now)
             return 1
     except (IntegrityError, SlotConflict) as exc:
@@ -166,8 +166,14 @@ def _mark_placed(lease: Lease, placement: allocation.Placement, now: datetime) -
 
 def _preempt(victims: tuple[str, ...], *, by: Lease) -> None:
     for victim in Lease.objects.select_for_update().filter(pk__in=list(victims)):
-        Allocation.objects.filter(lease=victim, live=True).update(live=False)
-        begin_release(victim, kind=S.PREEMPTED, reason=f"preempted by {by.short_id}")
+        if victim.state == S.SCHEDULED:
+            Allocation.objects.filter(lease=victim, live=True).update(live=False)
+            states.transition(victim, S.PREEMPTED, reason=f"preempted by {by.short_id}")
+            notify.lease_changed(victim)
+        elif victim.state in (S.ACTIVE, S.PROVISIONING):
+            Allocation.objects.filter(lease=victim, live=True).update(live=False)
+            begin_release(victim, kind=S.PREEMPTED, reason=f"preempted by {by.short_id}")
+        # A victim already releasing frees its slots when its teardown finishes.
 
 
 # --- provisioning -------------------------------------------------------------------------
