@@ -99,8 +99,26 @@ ZH = {
 "Maximum GPUs": "GPU 上限", "In use": "使用中", "GPU-hour budget / month": "每月 GPU 小时预算", "Used this month": "本月已用",
 "Quotas are set by the platform team.": "配额由平台团队设置。", "Use": "使用情况", "Billing pages": "账单页面", "Usage records": "用量记录",
 "Invoices": "发票", "Budget": "预算", "Prices": "价格", "Billing": "账单", "Invoices and usage records will appear here.": "发票和用量记录将显示在这里。",
-"Remove key": "删除密钥",
+"Remove key": "删除密钥", "at this month's rate so far": "按本月迄今的速度估算",
 }
+# Strings of the console and billing pages (same catalogue).
+ZH.update({
+"Node state changed.": "节点状态已更改。", "GPU updated.": "GPU 已更新。", "Priority changed.": "优先级已更改。",
+"Tenant status changed.": "租户状态已更改。", "Console": "控制台", "Fabric map": "网络拓扑图", "Queue": "队列",
+"Partitions": "分区", "Tenants": "租户", "Audit log": "审计日志", "Who": "操作人", "Action": "操作", "Object": "对象",
+"Changes": "变更", "Older": "更早", "All tenants": "所有租户", "To": "至", "Usage CSV": "用量 CSV", "Month": "月份",
+"Total": "合计", "Showback": "成本展示", "Lease": "租约", "Paid GPU-hours": "计费 GPU 小时", "Cost": "费用",
+"Avg GPU utilisation": "平均 GPU 利用率", "GPUs allocated": "已分配 GPU",
+"Colour: node state (green ready, amber draining, brown drained, red down, purple maintenance). Blue outline: GPUs allocated.": "颜色表示节点状态（绿色就绪、琥珀色排空中、棕色已排空、红色宕机、紫色维护）。蓝色边框：已分配 GPU。",
+"Operators' console": "运维控制台", "Leaf": "叶交换机", "Agent version": "代理版本", "Last heartbeat": "最近心跳",
+"Observed generation": "已观测代数", "Set state to %(state)s?": "将状态设置为 %(state)s？", "Leases affected:": "受影响的租约：",
+"Reason": "原因", "Confirm": "确认", "Change state": "更改状态", "Review effect": "查看影响", "Model": "型号",
+"Release": "释放", "Quarantine": "隔离", "Member ports (desired)": "成员端口（期望）", "Observed": "已观测", "Drift": "偏差",
+"In sync": "已同步", "No partitions.": "没有分区。", "Waiting because": "等待原因", "Boost": "提升", "reason": "原因",
+"Set": "设置", "Nothing is waiting.": "没有等待中的项目。", "Contract prices": "合同价格", "GPU-h": "GPU 小时",
+"warning": "警告", "list prices": "目录价格", "Suspend": "暂停", "Resume": "恢复",
+})
+
 PLURAL = {"%(n)s link error": ["%(n)s 个链路错误"]}
 
 

@@ -63,6 +63,9 @@ class LeaseConsumer(AsyncJsonWebsocketConsumer):
         self.lease_id, self.state = str(lease.pk), lease.state
         self.group = f"tenant-{lease.tenant_id}"
         await self.channel_layer.group_add(self.group, self.channel_name)
+        # The page may have been rendered before the latest change: say where things are.
+        await self.send_json({"type": "lease", "lease_id": self.lease_id, "state": self.state,
+                              "event": {}})
         self.poller = asyncio.ensure_future(self._poll())
 
     async def disconnect(self, code: int) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from django import forms
 from django.core.exceptions import ValidationError
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from portal.core.errors import ApplicationError
@@ -16,10 +17,12 @@ from portal.tenants.models import Role
 from portal.tenants.sshkeys import parse_public_key
 from portal.web import labels
 
-FRACTIONS = [(1000, _("Whole GPUs"))] + [
-    (m, _("%(n)s/8 of one GPU") % {"n": m // MILLI_PER_SLOT})
-    for m in range(875, 0, -MILLI_PER_SLOT)
-]
+
+def fractions() -> list[tuple[int, str]]:
+    """Whole GPUs or eighths of one, labelled in the request's language."""
+    return [(1000, gettext("Whole GPUs"))] + [
+        (m, gettext("%(n)s/8 of one GPU") % {"n": m // MILLI_PER_SLOT})
+        for m in range(875, 0, -MILLI_PER_SLOT)]
 
 
 class DateTimeLocal(forms.DateTimeInput):
@@ -53,7 +56,7 @@ class OrderForm(forms.Form):
         help_text=_("Pick one or more acceptable models."))
     gpu_count = forms.IntegerField(label=_("GPUs per node"), min_value=1, max_value=8,
                                    initial=8)
-    gpu_milli = forms.TypedChoiceField(label=_("Share of a GPU"), choices=FRACTIONS,
+    gpu_milli = forms.TypedChoiceField(label=_("Share of a GPU"), choices=fractions,
                                        coerce=int, initial=1000,
                                        help_text=_("Only with one GPU on one node."))
     nodes = forms.IntegerField(label=_("Nodes"), min_value=1, max_value=64, initial=1,

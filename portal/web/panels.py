@@ -6,11 +6,15 @@ the selector is not there, so a page shows nothing rather than breaking.
 
 from __future__ import annotations
 
+import calendar
 import importlib
+from datetime import UTC, date, datetime
+from decimal import Decimal
 from typing import Any
 
 from django.urls import NoReverseMatch, reverse
 
+from portal.core import clock
 from portal.tenants.models import Tenant
 
 
@@ -27,25 +31,34 @@ def _selector(module: str, *names: str) -> Any:
 
 
 def spend(tenant: Tenant) -> dict[str, Any] | None:
-    """This month's spend and forecast from the billing app, if it answers."""
-    func = _selector("portal.billing.selectors", "tenant_spend_summary", "spend_summary",
-                     "month_spend")
-    if func is None:
+    """This month's spend and a forecast to month end, from the billing app if it answers.
+
+    Without a forecast from billing, the forecast is the month-to-date spend extrapolated
+    at the month's average rate so far (labelled as such on the page).
+    """
+    summary = _selector("portal.billing.selectors", "spend_summary", "month_spend")
+    if summary is not None:
+        result = summary(tenant=tenant)
+        return result if isinstance(result, dict) else vars(result)
+    totals = _selector("portal.billing.selectors", "invoice_totals")
+    if totals is None:
         return None
-    try:
-        result = func(tenant=tenant)
-    except Exception:  # billing is optional on this page; never break the dashboard
-        return None
-    if result is None:
-        return None
-    return result if isinstance(result, dict) else vars(result)
+    now = clock.now()
+    month = date(now.year, now.month, 1)
+    total = totals(tenant=tenant, month=month)["total"]
+    start = datetime(now.year, now.month, 1, tzinfo=UTC)
+    days = calendar.monthrange(now.year, now.month)[1]
+    elapsed = Decimal(max((now - start).total_seconds(), 3600)) / Decimal(86400)
+    forecast = (total * Decimal(days) / elapsed).quantize(Decimal("0.01"))
+    return {"month_to_date": total, "forecast": max(forecast, total),
+            "currency": tenant.currency, "extrapolated": True}
 
 
 def billing_links() -> list[tuple[str, str]]:
     """(url name, url) of the billing pages that exist."""
     found = []
     for name in ("billing:usage", "billing:invoices", "billing:index", "billing:home",
-                 "billing:budget", "billing:prices"):
+                 "billing:budget", "billing:prices", "billing:showback"):
         try:
             found.append((name.split(":")[1], reverse(name)))
         except NoReverseMatch:

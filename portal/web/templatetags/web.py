@@ -51,3 +51,9 @@ def get(mapping: Any, key: Any) -> Any:
         return mapping.get(key)
     except AttributeError:
         return None
+
+
+@register.filter
+def models_of(lease: Any) -> str:
+    """The model a lease runs on, or the models it accepts while waiting."""
+    return lease.gpu_model or " / ".join(lease.allowed_models or [])

@@ -15,7 +15,7 @@ from portal.inventory.models import Node
 from portal.leasing.models import Allocation, Lease
 from tests.portal.web.conftest import drive, order
 
-DASHBOARD_MAX = 15
+DASHBOARD_MAX = 18
 LEASES_MAX = 11
 LEASE_MAX = 18
 

@@ -67,6 +67,9 @@ def test_own_lease_streams_telemetry_and_state_and_stops_when_access_ends(
         comm = communicator(pool["alice"], lease.pk)
         connected, _ = await comm.connect()
         assert connected
+        first = await comm.receive_json_from(timeout=3)
+        assert first == {"type": "lease", "lease_id": str(lease.pk), "state": "active",
+                         "event": {}}
         msg = await comm.receive_json_from(timeout=3)
         assert msg["type"] == "telemetry"
         assert len(msg["gpus"]) == 8
@@ -105,7 +108,7 @@ def test_state_change_is_pushed_without_a_group_message(pool: dict[str, Any]) ->
         comm = communicator(pool["alice"], lease.pk)
         connected, _ = await comm.connect()
         assert connected
-        await comm.receive_json_from(timeout=3)
+        assert (await comm.receive_json_from(timeout=3))["state"] == "queued"
         from tests.portal.web.conftest import drive
 
         await database_sync_to_async(drive)()

@@ -31,7 +31,7 @@
   });
 
   // ---- live lease page -------------------------------------------------------------------
-  var POINTS = 60;
+  var POINTS = 30;  // one minute at one sample every two seconds
   var series = {};  // key -> {name: [values]}
 
   function el(tag, attrs, text) {
@@ -45,6 +45,7 @@
   function fmt(v, unit) {
     if (v === null || v === undefined) return "–";
     var n = Number(v);
+    if (!unit) return n.toFixed(0);
     return (Math.abs(n) >= 100 ? n.toFixed(0) : n.toFixed(1)) + unit;
   }
 
@@ -56,6 +57,10 @@
       box.appendChild(el("h3", {}, title));
       var svg = el("svg", {viewBox: "0 0 300 70", preserveAspectRatio: "none", role: "img",
         "aria-label": title});
+      [17, 35, 52].forEach(function (y) {
+        svg.appendChild(el("line", {x1: "0", x2: "300", y1: String(y), y2: String(y), "class": "grid",
+          "vector-effect": "non-scaling-stroke"}));
+      });
       lines.forEach(function (l, i) {
         svg.appendChild(el("polyline", {"class": "s" + (i + 1), fill: "none", "stroke-width": "2",
           "vector-effect": "non-scaling-stroke", "data-line": l.name, points: ""}));
@@ -85,9 +90,10 @@
       if (arr.length > POINTS) arr.shift();
       var max = l.max || Math.max.apply(null, arr.filter(function (x) { return x !== null; }).concat([1]));
       var pts = [];
+      var offset = POINTS - arr.length;  // newest sample at the right edge
       arr.forEach(function (x, i) {
         if (x === null) return;
-        pts.push((i * 300 / (POINTS - 1)).toFixed(1) + "," + (68 - 66 * Math.min(x, max) / max).toFixed(1));
+        pts.push(((offset + i) * 300 / (POINTS - 1)).toFixed(1) + "," + (68 - 66 * Math.min(x, max) / max).toFixed(1));
       });
       var line = box.querySelector('[data-line="' + l.name + '"]');
       if (line) line.setAttribute("points", pts.join(" "));

@@ -1,0 +1,39 @@
+"""The zh-hans catalogue is complete and its compiled .mo is in step with the .po."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from django.utils import translation
+
+PO = Path(__file__).resolve().parents[3] / "locale" / "zh_Hans" / "LC_MESSAGES" / "django.po"
+
+
+def entries() -> list[tuple[str, str]]:
+    out = []
+    for block in PO.read_text().split("\n\n"):
+        if "msgid_plural" in block or block.lstrip().startswith("#~"):
+            continue
+        ids = re.search(r'^msgid ((?:".*"\n)+)msgstr ((?:".*"\n?)+)', block, re.M)
+        if ids:
+            msgid = "".join(re.findall(r'"(.*)"', ids.group(1))).replace('\\"', '"')
+            msgstr = "".join(re.findall(r'"(.*)"', ids.group(2))).replace('\\"', '"')
+            if msgid:
+                out.append((msgid.replace("\\n", "\n"), msgstr.replace("\\n", "\n")))
+    return out
+
+
+def test_every_string_has_a_chinese_translation() -> None:
+    missing = [msgid for msgid, msgstr in entries() if not msgstr]
+    assert missing == []
+    assert "#, fuzzy" not in PO.read_text().split("msgid", 2)[1]
+
+
+def test_compiled_catalogue_matches_the_po() -> None:
+    stale = []
+    with translation.override("zh-hans"):
+        for msgid, msgstr in entries():
+            if translation.gettext(msgid) != msgstr:
+                stale.append(msgid)
+    assert stale == [], "run: manage.py compilemessages -l zh_Hans"
