@@ -84,3 +84,22 @@ def node_telemetry(*, node: Node) -> dict[str, list[dict[str, Any]]]:
                       .values("device", "port", "port_guid", "ts", "state_id",
                               "phys_state_id", "data")),
     }
+
+
+def gpu_utilisation(*, gpus: Iterable[tuple[int, int]], start: Any,
+                    end: Any) -> dict[tuple[int, int], float]:
+    """Average ``gpu_util_pct`` per ``(node_id, gpu index)`` over the per-minute history in
+    ``[start, end)`` (for billing exports); GPUs without samples are absent."""
+    from portal.fleet.models import TelemetrySample
+
+    wanted = {(n, str(i)) for n, i in gpus}
+    sums: dict[tuple[int, int], list[float]] = {}
+    rows = TelemetrySample.objects.filter(
+        kind="gpu", node_id__in={n for n, _ in wanted}, minute__gte=start, minute__lt=end,
+    ).values_list("node_id", "key", "values__gpu_util_pct")
+    for node_id, key, util in rows.iterator(chunk_size=5000):
+        if (node_id, key) in wanted and isinstance(util, int | float):
+            acc = sums.setdefault((node_id, int(key)), [0.0, 0])
+            acc[0] += util
+            acc[1] += 1
+    return {k: round(total / count, 2) for k, (total, count) in sums.items()}

@@ -231,3 +231,19 @@ def test_long_poll_204_at_deadline_and_200_when_newer(agent_client) -> None:
     bad = agent_client.desired(after=0, wait=61)
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
     assert agent_client.desired(credential="gpn_x").status_code == 401
+
+
+@pytest.mark.django_db
+def test_gpu_utilisation_from_history(agent_client) -> None:
+    from datetime import UTC, datetime
+
+    agent_client.enrol()
+    node = Node.objects.get(hostname="gpu-node-01")
+    base = 1_795_909_200.0
+    for i, util in enumerate((20, 40, 60)):
+        tel = [sample(ts=base + 60 * i, gpus=[gpu(0, gpu_util_pct=util), gpu(1)])]
+        agent_client.report(report(agent_client.node_id, i + 1, telemetry=tel))
+    start = datetime.fromtimestamp(base, UTC)
+    end = datetime.fromtimestamp(base + 180, UTC)
+    got = selectors.gpu_utilisation(gpus=[(node.pk, 0), (node.pk, 1)], start=start, end=end)
+    assert got == {(node.pk, 0): 40.0, (node.pk, 1): 50.0}
