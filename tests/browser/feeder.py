@@ -8,6 +8,7 @@ environment (DATABASE_URL, GPUPOOL_DATA_DIR).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -51,9 +52,7 @@ def tick(n: int) -> None:
 if __name__ == "__main__":
     n = 0
     while True:
-        try:
+        with contextlib.suppress(OperationalError):  # a busy SQLite writer: next second
             tick(n)
-        except OperationalError:  # a busy SQLite writer: try again next second
-            pass
         n += 1
         time.sleep(1)

@@ -92,6 +92,7 @@ def test_order_watch_extend_release(stack: str, page: Any) -> None:
                        ("usage", "/usage/")]:
         page.goto(stack + path)
         assert page.locator("main h1").count() >= 1
+        assert unlabelled_controls(page) == [], name
         shot(page, name)
     page.emulate_media(color_scheme="dark")
     page.goto(stack + "/")
@@ -100,6 +101,16 @@ def test_order_watch_extend_release(stack: str, page: Any) -> None:
     page.goto(stack + "/order/")
     shot(page, "order-phone")
     publish(["dashboard", "order", "lease-active", "leases", "calendar", "dashboard-dark"])
+
+
+UNLABELLED_JS = """() => [...document.querySelectorAll('input, select, textarea')]
+  .filter(el => el.type !== 'hidden' && !el.labels?.length && !el.getAttribute('aria-label'))
+  .map(el => el.name || el.id)"""
+
+
+def unlabelled_controls(page: Any) -> list[str]:
+    """Every visible form control has a label (accessibility)."""
+    return page.evaluate(UNLABELLED_JS)
 
 
 ALLOWED_LATIN = {
