@@ -91,6 +91,26 @@ class Scheduling(RuleBasedStateMachine):
         state = NodeState.DOWN if down else NodeState.READY
         self.nodes[idx] = replace(self.nodes[idx], state=state)
 
+    @rule(gpus=st.sampled_from([2, 4]))
+    def spot_fill(self, gpus):
+        """Spot work that fills H100 GPUs, so that guarantees need preemption."""
+        self.seq += 1
+        self._submit(Request(f"s{self.seq}", "s", PriorityClass.SPOT, gpus, 1000,
+                             frozenset({"H100"}), 0, 0, 1, None, self.now, self.now + 100,
+                             self.now))
+
+    @rule()
+    def guarantee_over_spot(self):
+        """Spot work takes every free H100 GPU; a guaranteed request must still get one."""
+        for _ in range(6):
+            self.seq += 1
+            d = self._submit(Request(f"s{self.seq}", "s", PriorityClass.SPOT, 1, 1000,
+                                     frozenset({"H100"}), 0, 0, 1, None, self.now,
+                                     self.now + 100, self.now))
+            if not isinstance(d, Placement):
+                break
+        self.claim_guarantee()
+
     @rule()
     def claim_guarantee(self):
         """A request within the guarantee is placed when preempting spot frees room."""
@@ -109,11 +129,12 @@ class Scheduling(RuleBasedStateMachine):
                       and le.overlaps(self.now, end) for p in le.parts if p.node == n.name)
             room |= len(used) < len(n.gpus) and cpu + 4000 <= n.cpu_milli
         self.seq += 1
-        r = Request(f"g{self.seq}", "g", PriorityClass.ON_DEMAND, 1, 1000, frozenset(),
-                    4000, 1000, 1, None, self.now, end, self.now)
+        r = Request(f"g{self.seq}", "g", PriorityClass.ON_DEMAND, 1, 1000,
+                    frozenset({"H100"}), 4000, 1000, 1, None, self.now, end, self.now)
         d = self._submit(r)
         if room:
             assert isinstance(d, Placement), d
+            assert d.model == "H100" and not d.borrowed, d
 
     @invariant()
     def never_overcommitted(self):
