@@ -164,6 +164,10 @@ CELERY_BEAT_SCHEDULE = {
 GPUPOOL_SIMULATED_AGENTS = env_bool("GPUPOOL_SIMULATED_AGENTS", not PRODUCTION)
 GPUPOOL_PROVISION_TIMEOUT_S = int(os.environ.get("GPUPOOL_PROVISION_TIMEOUT_S", "120"))
 GPUPOOL_RELEASE_TIMEOUT_S = int(os.environ.get("GPUPOOL_RELEASE_TIMEOUT_S", "300"))
+if GPUPOOL_SIMULATED_AGENTS:
+    CELERY_BEAT_SCHEDULE["simulated-telemetry"] = {
+        "task": "portal.leasing.tasks.simulate_telemetry",
+        "schedule": float(os.environ.get("GPUPOOL_SIMULATED_TELEMETRY_S", "3"))}
 
 # --- Auth ---------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [

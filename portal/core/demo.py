@@ -43,12 +43,32 @@ def seed() -> bool:
         Quota.objects.create(tenant=tenants[slug], gpu_model="A100", max_gpus=a100,
                              guaranteed_gpus=0, gpu_hour_budget=10000)
     user_model = get_user_model()
+    users = {}
     for username, slug, role in DEMO_USERS:
         user = user_model.objects.create_user(username=username, email=f"{username}@example.com",
                                               password=DEMO_PASSWORD)
+        users[username] = user
         if slug is None:
             user.is_staff = user.is_superuser = True
             user.save(update_fields=["is_staff", "is_superuser"])
         else:
             Membership.objects.create(tenant=tenants[slug], user=user, role=role)
+    _demo_orders(tenants, users)
     return True
+
+
+def _demo_orders(tenants: dict[str, Tenant], users: dict[str, object]) -> None:
+    """A few leases so that every page has something to show (placed by the first pass)."""
+    from decimal import Decimal
+
+    from portal.leasing.services import OrderSpec, order_create
+
+    order_create(actor=users["acme-admin"], tenant=tenants["acme"],  # type: ignore[arg-type]
+                 spec=OrderSpec(models=["H100"], gpu_count=8, duration_hours=Decimal(24),
+                                name="llm-pretrain", tags={"team": "research"}))
+    order_create(actor=users["lotus-admin"], tenant=tenants["lotus"],  # type: ignore[arg-type]
+                 spec=OrderSpec(models=["H100"], gpu_count=8, nodes=2, locality="leaf",
+                                duration_hours=Decimal(12), name="gang-16"))
+    order_create(actor=users["lotus-member"], tenant=tenants["lotus"],  # type: ignore[arg-type]
+                 spec=OrderSpec(models=["A100"], gpu_count=1, gpu_milli=500,
+                                duration_hours=Decimal(4), name="notebook"))

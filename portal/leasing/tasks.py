@@ -95,3 +95,11 @@ def reconcile_once() -> dict[str, int]:
     if Lease.objects.filter(state=S.QUEUED).exists():
         counts.update(orchestration.run_schedule_pass())
     return counts
+
+
+@durable_task(time_limit=60)
+def simulate_telemetry() -> int:
+    """Demo only: simulated agents report telemetry for nodes with active leases."""
+    from portal.leasing.simulation import simulate_telemetry as run
+
+    return run()
