@@ -14,7 +14,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from scheduler.model import MILLI, Node, NodeAllocation, NodeState, Topology
-from scheduler.nodestate import NodeKey, Option, Shape, apply, make_key, options
+from scheduler.nodestate import (
+    NodeKey,
+    Option,
+    Shape,
+    apply,
+    make_key,
+    options,
+    total_free,
+)
 from scheduler.policy import Cost, Policy
 from scheduler.scores import ScoreContext
 
@@ -262,9 +270,10 @@ class ClusterState:
                 and self.mem_free[i] >= alloc.memory_mib)
 
     def free_milli(self, models: frozenset[str] = frozenset()) -> int:
+        """Free GPU milli on ready nodes (of ``models``), from the class aggregates."""
         return sum(
-            sum(self.gpu_free[i].values()) for i in range(len(self.nodes))
-            if self.ready[i] and (not models or self.nodes[i].model in models)
+            total_free(key) * len(members) for key, members in self.classes.items()
+            if not models or key[0] in models
         )
 
     def fragmentation(self) -> float:

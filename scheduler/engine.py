@@ -15,7 +15,7 @@ from scheduler.cluster import ClusterState
 from scheduler.context import score_context
 from scheduler.decisions import Decision, PassResult, Placement, Quote, Reason, Unplaceable
 from scheduler.fairshare import decayed_usage, order_queue
-from scheduler.model import Lease, Request, Snapshot
+from scheduler.model import Lease, Locality, Request, Snapshot
 from scheduler.nodestate import Shape
 from scheduler.policy import get_policy
 from scheduler.preempt import find_with_victims, reclaimable
@@ -37,14 +37,17 @@ class _Pass:
         self.snapshot, self.now = snapshot, now
         self.policy = get_policy(policy)
         self.ctx = score_context(snapshot, queue)
-        self.committed: list[Lease] = list(snapshot.leases)
+        self.committed: dict[str, Lease] = {le.id: le for le in snapshot.leases}
         self.active = {le.id: le for le in snapshot.leases if le.overlaps(now, now + 1)}
+        # Active leases that some request may reclaim (spot or borrowed).
+        self.preemptible = {k: le for k, le in self.active.items() if le.preemptible}
         self.future = [le for le in snapshot.leases if le.start > now]
         self.base = self._state(self.active.values())
         self.ledger = QuotaLedger(self.active.values())
         self.models = sorted({n.model for n in snapshot.nodes if n.model})
         self._initial: ClusterState | None = None
         self._empty: ClusterState | None = None
+        self._fixed: dict[tuple[str, Shape, int, Locality | None, bool], bool] = {}
 
     def _state(self, leases: Iterable[Lease]) -> ClusterState:
         state = ClusterState(self.snapshot.nodes, self.policy, self.ctx)
@@ -80,7 +83,7 @@ class _Pass:
         victims: tuple[Lease, ...] = ()
         if found is None:
             guaranteed = bool(adm.guaranteed)
-            cands = reclaimable(list(self.active.values()), req, guaranteed)
+            cands = reclaimable(list(self.preemptible.values()), req, guaranteed)
             if not cands:
                 return None
             pshape = replace(shape, models=adm.guaranteed) if guaranteed else shape
@@ -88,11 +91,11 @@ class _Pass:
             if pre is None:
                 return None
             found, victims, shape = pre.found, pre.victims, pshape
-            gone = {v.id for v in victims}
             for v in victims:
                 self.active.pop(v.id, None)
+                self.preemptible.pop(v.id, None)
+                self.committed.pop(v.id, None)
                 self.ledger.add(v.tenant, v.model, -v.milli)
-            self.committed = [le for le in self.committed if le.id not in gone]
         return self._commit(self.base, req, shape, adm, found, victims)
 
     def _commit(self, state: ClusterState, req: Request, shape: Shape, adm: Admission,
@@ -103,18 +106,21 @@ class _Pass:
         borrowed = req.tenant in self.snapshot.quotas and model not in adm.guaranteed
         lease = Lease(req.id, req.tenant, req.priority, parts, req.start, req.end,
                       borrowed, model)
-        self.committed.append(lease)
+        self.committed[lease.id] = lease
         if req.start > self.now:
             self.future.append(lease)
         else:
             self.active[lease.id] = lease
+            if lease.preemptible:
+                self.preemptible[lease.id] = lease
             self.ledger.add(req.tenant, model, lease.milli)
         return Placement(req.id, parts, req.start, req.end, model, borrowed,
                          tuple(v.id for v in victims), score)
 
     def _reserve(self, req: Request, shape: Shape, adm: Admission,
                  want_earliest: bool) -> Decision:
-        state = window_state(self.snapshot.nodes, self.policy, self.ctx, self.committed,
+        state = window_state(self.snapshot.nodes, self.policy, self.ctx,
+                             list(self.committed.values()),
                              req.start, req.end)
         found = find(state, req, shape, self.snapshot.topology)
         if found is not None:
@@ -124,7 +130,8 @@ class _Pass:
 
     def _earliest(self, req: Request, shape: Shape) -> int | None:
         return earliest_start(self.snapshot.nodes, self.snapshot.topology, self.policy,
-                              self.ctx, self.committed, req, req.start, shape.models)
+                              self.ctx, list(self.committed.values()), req, req.start,
+                              shape.models)
 
     def _explain(self, req: Request, shape: Shape, adm: Admission,
                  want_earliest: bool) -> Unplaceable:
@@ -134,23 +141,41 @@ class _Pass:
             when = self._earliest(req, shape)
         return Unplaceable(req.id, reason, detail, when)
 
+    def _fits_fixed(self, which: str, req: Request, shape: Shape, relax: bool = False,
+                    ) -> bool:
+        """Whether the request fits the empty cluster (``which="empty"``) or the state
+        at the start of the pass (``"initial"``); both never change during a pass, so
+        the answer is memoised per request shape."""
+        memo_key = (which, shape, req.nodes, req.locality, relax)
+        hit = self._fixed.get(memo_key)
+        if hit is None:
+            if which == "empty":
+                if self._empty is None:
+                    self._empty = self._state(())
+                state = self._empty
+            else:
+                if self._initial is None:
+                    self._initial = self._state(
+                        le for le in self.snapshot.leases
+                        if le.overlaps(self.now, self.now + 1))
+                state = self._initial
+            hit = find(state, req, shape, self.snapshot.topology, relax) is not None
+            self._fixed[memo_key] = hit
+        return hit
+
     def _reason(self, req: Request, shape: Shape) -> tuple[Reason, str]:
         topo = self.snapshot.topology
-        if self._empty is None:
-            self._empty = self._state(())
-        if find(self._empty, req, shape, topo) is None:
-            if find(self._empty, req, shape_of(req, shape.models, True), topo, True):
+        relaxed = shape_of(req, shape.models, True)
+        if not self._fits_fixed("empty", req, shape):
+            if self._fits_fixed("empty", req, relaxed, True):
                 return Reason.TOPOLOGY, "required locality can never be met"
             return Reason.NO_MATCHING_GPUS, "no node set of an allowed model holds it"
-        if find(self.base, req, shape_of(req, shape.models, True), topo, True) and \
-                find(self.base, req, shape, topo) is None:
+        fits_now = find(self.base, req, shape, topo) is not None
+        if not fits_now and find(self.base, req, relaxed, topo, True):
             return Reason.TOPOLOGY, "free GPUs exist but not with the required locality"
-        if find(self.base, req, shape, topo) is not None:
+        if fits_now:
             return Reason.RESERVED, "free GPUs are held by an advance reservation"
-        if self._initial is None:
-            self._initial = self._state(
-                le for le in self.snapshot.leases if le.overlaps(self.now, self.now + 1))
-        if find(self._initial, req, shape, topo) is not None:
+        if self._fits_fixed("initial", req, shape):
             return Reason.PRIORITY, "capacity went to requests ahead in the queue"
         if self.base.free_milli(shape.models) >= req.total_milli:
             return Reason.FRAGMENTATION, "enough free GPU in total, but scattered"
