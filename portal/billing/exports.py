@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import json
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
@@ -22,45 +21,78 @@ USAGE_FIELDS = ("id", "tenant__slug", "lease_id", "lease__name", "period_start",
                 "list_unit_price", "unit_price", "list_cost", "cost", "closed")
 
 
-class _Line:
-    """A file-like object whose ``write`` returns the line (Django's streaming CSV recipe)."""
+class _Buffer:
+    """One reusable text buffer that rows are written into and drained in ~64 KiB pieces."""
 
-    def write(self, value: str) -> str:
-        return value
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.size = 0
+
+    def write(self, value: str) -> None:
+        self.parts.append(value)
+        self.size += len(value)
+
+    def drain(self) -> str:
+        out = "".join(self.parts)
+        self.parts.clear()
+        self.size = 0
+        return out
 
 
-def _usage_values(row: dict[str, Any]) -> list[Any]:
-    hours = (row["gpus"] * row["seconds"] / 3600).quantize(focus.GPU_HOUR)
-    return [row["id"], row["tenant__slug"], row["lease_id"], row["lease__name"],
-            focus.zulu(row["period_start"]), focus.zulu(row["period_end"]),
-            focus.zulu(row["used_from"]), focus.zulu(row["used_to"]), row["seconds"],
-            f"{row['gpus']:f}", f"{hours:f}", row["gpu_model"], row["priority"],
-            row["currency"], f"{row['list_unit_price']:f}", f"{row['unit_price']:f}",
-            f"{row['list_cost']:f}", f"{row['cost']:f}", "true" if row["closed"] else "false"]
+def _usage_values(row: tuple) -> list[Any]:
+    (rid, slug, lease_id, lease_name, pstart, pend, ufrom, uto, seconds, gpus, model,
+     priority, currency, list_unit, unit, list_cost, cost, closed) = row
+    hours = (gpus * seconds / focus.SECONDS_PER_HOUR).quantize(focus.GPU_HOUR)
+    return [rid, slug, lease_id, lease_name, focus.zulu(pstart), focus.zulu(pend),
+            focus.zulu(ufrom), focus.zulu(uto), seconds, f"{gpus:f}", f"{hours:f}", model,
+            priority, currency, f"{list_unit:f}", f"{unit:f}", f"{list_cost:f}", f"{cost:f}",
+            "true" if closed else "false"]
+
+
+def _csv_stream(header: list[str], rows: Iterator[Any]) -> Iterator[str]:
+    buf = _Buffer()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(header)
+    writerow = writer.writerow
+    for row in rows:
+        writerow(row)
+        if buf.size >= focus.CHUNK_BYTES:
+            yield buf.drain()
+    yield buf.drain()
 
 
 def usage_csv(*, tenant: Tenant | None, start: datetime | None,
               end: datetime | None) -> Iterator[str]:
-    writer = csv.writer(_Line(), lineterminator="\n")
-    yield writer.writerow(USAGE_COLUMNS)
-    rows = selectors.usage_records(tenant=tenant, start=start, end=end).values(*USAGE_FIELDS)
-    for row in rows.iterator(chunk_size=focus.CHUNK):
-        yield writer.writerow(_usage_values(row))
+    rows = selectors.usage_records(tenant=tenant, start=start, end=end).values_list(
+        *USAGE_FIELDS)
+    return _csv_stream(USAGE_COLUMNS, map(_usage_values, rows.iterator(chunk_size=focus.CHUNK)))
 
 
 def focus_csv(*, tenant: Tenant | None, start: datetime | None,
               end: datetime | None) -> Iterator[str]:
-    writer = csv.writer(_Line(), lineterminator="\n")
-    yield writer.writerow(focus.COLUMNS)
-    for row in focus.focus_rows(tenant=tenant, start=start, end=end):
-        yield writer.writerow([focus.cell(row.get(name)) for name in focus.COLUMNS])
+    enc = focus.Encoding(json_mode=False)
+    buf = _Buffer()
+    write, line = buf.write, enc.line
+    write(line(tuple(enc.text(name) for name in focus.COLUMNS)))
+    for row in focus.focus_rows(tenant=tenant, start=start, end=end, enc=enc):
+        write(line(row))
+        if buf.size >= focus.CHUNK_BYTES:
+            yield buf.drain()
+    yield buf.drain()
 
 
 def focus_jsonl(*, tenant: Tenant | None, start: datetime | None,
                 end: datetime | None) -> Iterator[str]:
-    for row in focus.focus_rows(tenant=tenant, start=start, end=end):
-        record = {name: focus.json_value(row.get(name)) for name in focus.COLUMNS}
-        yield json.dumps(record, separators=(",", ":")) + "\n"
+    enc = focus.Encoding(json_mode=True)
+    template = focus.jsonl_template()
+    buf = _Buffer()
+    write = buf.write
+    for row in focus.focus_rows(tenant=tenant, start=start, end=end, enc=enc):
+        write(template % row)
+        if buf.size >= focus.CHUNK_BYTES:
+            yield buf.drain()
+    if buf.size:
+        yield buf.drain()
 
 
 WRITERS = {"csv": usage_csv, "focus-csv": focus_csv, "focus-jsonl": focus_jsonl}

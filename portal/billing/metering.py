@@ -20,6 +20,7 @@ from django.db import transaction
 from django.db.models import Exists, F, Max, OuterRef, Q, QuerySet, Sum
 from django.db.models.functions import Least
 
+from portal.billing import telemetry
 from portal.billing.models import CreditLine, Invoice, UsageRecord
 from portal.billing.pricing import PriceBook, hours, line_cost
 from portal.leasing.models import Lease, LeaseState
@@ -28,7 +29,8 @@ from portal.tenants.models import Tenant
 TERMINAL = {LeaseState.ENDED, LeaseState.EXPIRED, LeaseState.PREEMPTED, LeaseState.FAILED,
             LeaseState.CANCELLED, LeaseState.REJECTED}
 FIELDS = ("period_end", "used_from", "used_to", "seconds", "gpus", "gpu_model", "priority",
-          "currency", "list_unit_price", "unit_price", "list_cost", "cost", "closed")
+          "currency", "list_unit_price", "unit_price", "list_cost", "cost", "closed",
+          "gpu_util_avg")
 
 
 @dataclass
@@ -82,7 +84,8 @@ def _final_months(tenant: Tenant) -> set[date]:
                .values_list("month", flat=True))
 
 
-def _values(lease: Lease, book: PriceBook, span: tuple, closed: bool) -> dict:
+def _values(lease: Lease, book: PriceBook, span: tuple, closed: bool,
+            util: Decimal | None = None) -> dict:
     period_start, period_end, used_from, used_to = span
     seconds = int((used_to - used_from).total_seconds())
     gpus = lease_gpus(lease)
@@ -93,7 +96,7 @@ def _values(lease: Lease, book: PriceBook, span: tuple, closed: bool) -> dict:
             "list_unit_price": rate.list_unit_price, "unit_price": rate.unit_price,
             "list_cost": line_cost(gpus=gpus, seconds=seconds, unit_price=rate.list_unit_price),
             "cost": line_cost(gpus=gpus, seconds=seconds, unit_price=rate.unit_price),
-            "closed": closed}
+            "closed": closed, "gpu_util_avg": util}
 
 
 def _same(record: UsageRecord, values: dict) -> bool:
@@ -112,13 +115,17 @@ def meter_lease(*, lease_id: object, until: datetime, report: MeterReport,
     start, end, final = billed_window(lease, until)
     existing = {r.period_start: r for r in UsageRecord.objects.filter(lease=lease)}
     seen = set()
+    todo = []
     for span in hours(start, end):
         seen.add(span[0])
         record = existing.get(span[0])
         if (record is not None and record.closed) or month_of(span[0]) in final_months:
             continue
+        todo.append((span, record))
+    util = telemetry.period_utilisation(lease.pk, [(s[0], s[2], s[3]) for s, _r in todo])
+    for span, record in todo:
         closed = span[1] <= until and (final or span[1] <= end)
-        values = _values(lease, book, span, closed)
+        values = _values(lease, book, span, closed, util.get(span[0]))
         if record is None:
             UsageRecord.objects.create(lease=lease, tenant=lease.tenant,
                                        period_start=span[0], **values)

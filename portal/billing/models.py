@@ -90,6 +90,10 @@ class UsageRecord(models.Model):
     list_cost = models.DecimalField(**MONEY)
     cost = models.DecimalField(**MONEY)
     closed = models.BooleanField(default=False)
+    gpu_util_avg = models.DecimalField(
+        max_digits=5, decimal_places=2, null=True, blank=True,
+        help_text="mean GPU utilisation (%) of the lease's GPUs in this period, from agent "
+                  "telemetry samples; empty without samples")
     updated = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, time, timedelta
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import DecimalField, ExpressionWrapper, F, QuerySet, Sum
+from django.db.models import Count, DecimalField, ExpressionWrapper, F, Q, QuerySet, Sum
 
 from portal.billing.models import BudgetAlert, CreditLine, Invoice, UsageRecord
 from portal.core.clock import now
@@ -67,9 +67,7 @@ def invoices(*, tenant: Tenant | None) -> QuerySet[Invoice]:
 
 
 def gpu_hours(qs: QuerySet[UsageRecord]) -> Decimal:
-    expr = ExpressionWrapper(F("gpus") * F("seconds"),
-                             output_field=DecimalField(max_digits=20, decimal_places=3))
-    total = qs.aggregate(s=Sum(expr))["s"] or 0
+    total = qs.aggregate(s=Sum(_gpu_seconds()))["s"] or 0
     return (Decimal(str(total)) / Decimal(3600)).quantize(Decimal("0.001"))
 
 
@@ -94,33 +92,64 @@ def current_month() -> date:
     return date(at.year, at.month, 1)
 
 
+def _gpu_seconds() -> ExpressionWrapper:
+    return ExpressionWrapper(F("gpus") * F("seconds"),
+                             output_field=DecimalField(max_digits=20, decimal_places=3))
+
+
+def _utilisation_sums() -> dict[str, Sum]:
+    """Sums for a GPU-second-weighted mean of the hourly ``gpu_util_avg`` (measured hours)."""
+    measured = Q(gpu_util_avg__isnull=False)
+    weighted = ExpressionWrapper(F("gpu_util_avg") * F("gpus") * F("seconds"),
+                                 output_field=DecimalField(max_digits=30, decimal_places=5))
+    return {"util_weighted": Sum(weighted, filter=measured),
+            "measured_seconds": Sum(_gpu_seconds(), filter=measured)}
+
+
+def _utilisation(row: dict[str, Any]) -> tuple[Decimal | None, Decimal]:
+    """(average utilisation %, measured GPU-hours) of an aggregated row."""
+    measured = Decimal(str(row["measured_seconds"] or 0))
+    hours = (measured / 3600).quantize(Decimal("0.001"))
+    if not measured:
+        return None, hours
+    avg = Decimal(str(row["util_weighted"])) / measured
+    return avg.quantize(Decimal("0.01"), rounding=ROUND_HALF_UP), hours
+
+
 def showback(*, tenant: Tenant | None, start: datetime | None = None,
              end: datetime | None = None, limit: int = 500) -> dict[str, Any]:
-    """Paid GPU-hours and cost per lease and per tenant, with measured utilisation."""
-    from portal.billing.telemetry import lease_utilisation
-
-    qs = usage_records(tenant=tenant, start=start, end=end)
-    expr = ExpressionWrapper(F("gpus") * F("seconds"),
-                             output_field=DecimalField(max_digits=20, decimal_places=3))
-    util = lease_utilisation(tenant=tenant, start=start, end=end)
-    per_lease = (qs.order_by().values("lease_id", "lease__name", "tenant__slug", "gpu_model",
-                                      "priority", "currency")
-                 .annotate(gpu_seconds=Sum(expr), cost=Sum("cost"))
+    """Paid GPU-hours and cost per lease and per tenant, against the measured average GPU
+    utilisation: the mean of the hourly ``UsageRecord.gpu_util_avg`` weighted by GPU-seconds,
+    over the hours that have telemetry (``measured_gpu_hours``); ``None`` without any."""
+    qs = usage_records(tenant=tenant, start=start, end=end).order_by()
+    per_lease = (qs.values("lease_id", "lease__name", "tenant__slug", "gpu_model",
+                           "priority", "currency")
+                 .annotate(gpu_seconds=Sum(_gpu_seconds()), cost=Sum("cost"),
+                           **_utilisation_sums())
                  .order_by("-cost")[:limit])
-    leases, tenants = [], {}
+    per_tenant = (qs.values("tenant__slug", "currency")
+                  .annotate(gpu_seconds=Sum(_gpu_seconds()), cost=Sum("cost"),
+                            leases=Count("lease_id", distinct=True), **_utilisation_sums())
+                  .order_by("tenant__slug", "currency"))
+    leases, tenants, measured_any = [], [], False
     for row in per_lease:
         hours = (Decimal(str(row["gpu_seconds"] or 0)) / 3600).quantize(Decimal("0.001"))
         cost = Decimal(str(row["cost"] or 0)).quantize(Decimal("0.01"))
+        util, measured = _utilisation(row)
+        measured_any |= util is not None
         leases.append({"lease": str(row["lease_id"]), "name": row["lease__name"],
                        "tenant": row["tenant__slug"], "gpu_model": row["gpu_model"],
                        "priority": row["priority"], "gpu_hours": hours, "cost": cost,
-                       "currency": row["currency"],
-                       "gpu_utilization_avg": util.get(row["lease_id"])})
-        t = tenants.setdefault(row["tenant__slug"], {"tenant": row["tenant__slug"],
-                                                     "gpu_hours": Decimal(0),
-                                                     "cost": Decimal(0), "leases": 0})
-        t["gpu_hours"] += hours
-        t["cost"] += cost
-        t["leases"] += 1
-    return {"leases": leases, "tenants": list(tenants.values()),
-            "utilisation_available": bool(util)}
+                       "currency": row["currency"], "gpu_utilization_avg": util,
+                       "measured_gpu_hours": measured})
+    for row in per_tenant:
+        util, measured = _utilisation(row)
+        measured_any |= util is not None
+        tenants.append({
+            "tenant": row["tenant__slug"], "currency": row["currency"],
+            "gpu_hours": (Decimal(str(row["gpu_seconds"] or 0)) / 3600).quantize(
+                Decimal("0.001")),
+            "cost": Decimal(str(row["cost"] or 0)).quantize(Decimal("0.01")),
+            "leases": row["leases"], "gpu_utilization_avg": util,
+            "measured_gpu_hours": measured})
+    return {"leases": leases, "tenants": tenants, "utilisation_available": measured_any}
