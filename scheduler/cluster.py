@@ -10,7 +10,7 @@ Evaluations are memoised by node *state key*, so identical nodes cost one evalua
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from scheduler.model import MILLI, Node, NodeAllocation, NodeState, Topology
@@ -80,6 +80,10 @@ class ClusterState:
         self.victim_memo: dict[tuple[int, int, int, tuple[str, ...]],
                                tuple[tuple[int, ...], int, tuple[Cost, Option]] | None] = {}
         self._shape_ids: dict[Shape, int] = {}
+        # Per (shape id, request kind): heap of (victims, milli, node, version) and the
+        # change-log position it has caught up with (see scheduler.preempt).
+        self.victim_heaps: dict[tuple[int, Hashable],
+                                tuple[list[tuple[int, int, int, int]], int]] = {}
 
     @staticmethod
     def _domains_of(node: Node) -> list[list[int]]:

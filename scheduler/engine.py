@@ -18,7 +18,7 @@ from scheduler.fairshare import decayed_usage, order_queue
 from scheduler.model import Lease, Locality, Request, Snapshot
 from scheduler.nodestate import Shape
 from scheduler.policy import get_policy
-from scheduler.preempt import find_with_victims, reclaimable
+from scheduler.preempt import CandidateIndex, find_with_victims, reclaimable
 from scheduler.quota import Admission, QuotaLedger
 from scheduler.windows import earliest_start, window_state
 
@@ -41,9 +41,12 @@ class _Pass:
         self.active = {le.id: le for le in snapshot.leases if le.overlaps(now, now + 1)}
         # Active leases that some request may reclaim (spot or borrowed).
         self.preemptible = {k: le for k, le in self.active.items() if le.preemptible}
+        self.pre_on: dict[int, dict[str, Lease]] = {}  # node index -> preemptible leases
         self.future = [le for le in snapshot.leases if le.start > now]
         self.base = self._state(self.active.values())
         self.ledger = QuotaLedger(self.active.values())
+        for lease in self.preemptible.values():
+            self._index_preemptible(lease, True)
         self.models = sorted({n.model for n in snapshot.nodes if n.model})
         self._initial: ClusterState | None = None
         self._empty: ClusterState | None = None
@@ -87,16 +90,31 @@ class _Pass:
             if not cands:
                 return None
             pshape = replace(shape, models=adm.guaranteed) if guaranteed else shape
-            pre = find_with_victims(self.base, req, pshape, self.snapshot.topology, cands)
+            index = CandidateIndex(
+                self.pre_on, (int(req.priority), guaranteed, req.tenant if guaranteed else ""),
+                lambda leases: reclaimable(leases, req, guaranteed))
+            pre = find_with_victims(self.base, req, pshape, self.snapshot.topology, cands,
+                                    index)
             if pre is None:
                 return None
             found, victims, shape = pre.found, pre.victims, pshape
             for v in victims:
                 self.active.pop(v.id, None)
-                self.preemptible.pop(v.id, None)
+                if self.preemptible.pop(v.id, None) is not None:
+                    self._index_preemptible(v, False)
                 self.committed.pop(v.id, None)
                 self.ledger.add(v.tenant, v.model, -v.milli)
         return self._commit(self.base, req, shape, adm, found, victims)
+
+    def _index_preemptible(self, lease: Lease, add: bool) -> None:
+        for part in lease.parts:
+            i = self.base.index.get(part.node)
+            if i is None:
+                continue
+            if add:
+                self.pre_on.setdefault(i, {})[lease.id] = lease
+            else:
+                self.pre_on.get(i, {}).pop(lease.id, None)
 
     def _commit(self, state: ClusterState, req: Request, shape: Shape, adm: Admission,
                 found: Found, victims: tuple[Lease, ...] = ()) -> Placement:
@@ -113,6 +131,7 @@ class _Pass:
             self.active[lease.id] = lease
             if lease.preemptible:
                 self.preemptible[lease.id] = lease
+                self._index_preemptible(lease, True)
             self.ledger.add(req.tenant, model, lease.milli)
         return Placement(req.id, parts, req.start, req.end, model, borrowed,
                          tuple(v.id for v in victims), score)

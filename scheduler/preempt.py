@@ -9,7 +9,8 @@ one placeable shape instead of GPUs scattered over many nodes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import heapq
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.attempt import Found
@@ -24,6 +25,20 @@ from scheduler.policy import Cost
 class Preemption:
     found: Found
     victims: tuple[Lease, ...]
+
+
+@dataclass(frozen=True)
+class CandidateIndex:
+    """Preemptible leases per node index (kept up to date by the caller), the request
+    kind they are filtered for, and the filter (``reclaimable`` for that request).
+
+    With an index, a single-node search keeps a heap of per-node victim options per
+    (shape, kind) on the state, which catches up with the nodes changed since it was last
+    used, so a search costs the changed nodes instead of every node with a candidate."""
+
+    on_node: Mapping[int, Mapping[str, Lease]]
+    kind: Hashable
+    select: Callable[[Sequence[Lease]], list[Lease]]
 
 
 def reclaimable(leases: Sequence[Lease], request: Request, within_guarantee: bool,
@@ -83,18 +98,59 @@ def _search_node(state: ClusterState, i: int, shape: Shape, leases: Sequence[Lea
     return None  # pragma: no cover - the bound above guarantees a prefix fits
 
 
+def _node_option(state: ClusterState, i: int, sid: int, shape: Shape,
+                 index: CandidateIndex) -> VictimOption | None:
+    leases = index.on_node.get(i)
+    if not leases or not state.ready[i]:
+        return None
+    chosen = index.select(list(leases.values()))
+    return _victims_on(state, i, sid, shape, chosen) if chosen else None
+
+
+def _best_single(state: ClusterState, sid: int, shape: Shape, index: CandidateIndex,
+                 ) -> VictimOption | None:
+    """The best single-node victim option, from a lazily updated heap."""
+    hkey = (sid, index.kind)
+    vh = state.victim_heaps.get(hkey)
+    if vh is None or len(vh[0]) > 4 * len(state.nodes) + 64:
+        todo: Sequence[int] = list(index.on_node)
+        vh = ([], len(state.changes))
+        state.victim_heaps[hkey] = vh
+        heap = vh[0]
+    else:
+        heap = vh[0]
+        todo = list(dict.fromkeys(state.changes[vh[1]:]))
+        state.victim_heaps[hkey] = (heap, len(state.changes))
+    for i in todo:
+        opt = _node_option(state, i, sid, shape, index)
+        if opt is not None:
+            heapq.heappush(heap, (opt[0], opt[1], i, state.version[i]))
+    while heap:
+        _, _, i, ver = heap[0]
+        if ver == state.version[i]:
+            return _node_option(state, i, sid, shape, index)
+        heapq.heappop(heap)
+    return None
+
+
 def find_with_victims(
     state: ClusterState, request: Request, shape: Shape, topology: Topology,
-    candidates: Sequence[Lease],
+    candidates: Sequence[Lease], index: CandidateIndex | None = None,
 ) -> Preemption | None:
-    """A placement that becomes possible after preempting some ``candidates``."""
+    """A placement that becomes possible after preempting some ``candidates``
+    (``index``, when given, must describe the same candidates per node)."""
     if not candidates:
         return None
+    if index is not None and request.nodes == 1:
+        best = _best_single(state, state.shape_id(shape), shape, index)
+        if best is None:
+            return None
+        return _finish(state, shape, [best[4]], 0, best[3])
     by_node: dict[int, list[Lease]] = {}
-    index, ready = state.index, state.ready
+    node_index, ready = state.index, state.ready
     for lease in candidates:
         for part in lease.parts:
-            i = index.get(part.node)
+            i = node_index.get(part.node)
             if i is not None and ready[i]:
                 by_node.setdefault(i, []).append(lease)
     sid = state.shape_id(shape)

@@ -1,0 +1,23 @@
+"""The indexed single-node victim search decides exactly like the full scan."""
+
+from __future__ import annotations
+
+import random
+
+from scheduler import bench, preempt, schedule_pass
+
+
+def test_indexed_victim_search_matches_the_full_scan(monkeypatch):
+    rng = random.Random(3)
+    snap = bench.prefill(bench.cluster(96, per_leaf=16), rng, share=0.5)
+    queue = bench.queue(600, rng)
+    indexed = schedule_pass(snap, queue, 0, earliest_start_limit=0)
+    assert any(getattr(d, "victims", ()) for d in indexed.decisions)  # it preempts
+
+    full_scan = preempt.find_with_victims
+
+    def without_index(state, request, shape, topology, candidates, index=None):
+        return full_scan(state, request, shape, topology, candidates)
+
+    monkeypatch.setattr("scheduler.engine.find_with_victims", without_index)
+    assert schedule_pass(snap, queue, 0, earliest_start_limit=0) == indexed
