@@ -4,7 +4,8 @@ Only spot leases, and borrowed leases of other tenants when the request stays wi
 its tenant's guarantee, are reclaimable; spot requests never preempt. Per node, victims
 are taken greedily (spot before borrowed, newest first, smallest first) until the shape
 fits; the node needing the fewest victims (then the least milli) wins, so victims free
-one placeable shape instead of GPUs scattered over many nodes.
+one placeable shape instead of GPUs scattered over many nodes. A gang chooses among the
+free nodes and the ``GANG_VICTIM_NODES`` nodes needing the fewest victims.
 """
 
 from __future__ import annotations
@@ -55,6 +56,10 @@ def reclaimable(leases: Sequence[Lease], request: Request, within_guarantee: boo
 def _order(lease: Lease) -> tuple[int, int, int, str]:
     return (-int(lease.priority), -lease.start, lease.milli, lease.id)
 
+
+# A gang's preemption considers the free nodes plus at most this many nodes with victims
+# (those needing the fewest victims, then the least milli, then node order).
+GANG_VICTIM_NODES = 256
 
 VictimOption = tuple[int, int, int, list[Lease], Choice]  # (count, milli, node, ...)
 
@@ -110,6 +115,35 @@ def _node_option(state: ClusterState, i: int, sid: int, shape: Shape,
 def _best_single(state: ClusterState, sid: int, shape: Shape, index: CandidateIndex,
                  ) -> VictimOption | None:
     """The best single-node victim option, from a lazily updated heap."""
+    heap = _victim_heap(state, sid, shape, index)
+    while heap:
+        _, _, i, ver = heap[0]
+        if ver == state.version[i]:
+            return _node_option(state, i, sid, shape, index)
+        heapq.heappop(heap)
+    return None
+
+
+def _best_options(state: ClusterState, sid: int, shape: Shape, index: CandidateIndex,
+                  limit: int) -> list[VictimOption]:
+    """The ``limit`` best per-node victim options (fewest victims, least milli, node
+    order) — the bounded candidate set for a gang."""
+    heap = _victim_heap(state, sid, shape, index)
+    version = state.version
+    valid = sorted({(c, m, i) for c, m, i, v in heap if v == version[i]})[:limit]
+    out = []
+    for _, _, i in valid:
+        opt = _node_option(state, i, sid, shape, index)
+        if opt is not None:
+            out.append(opt)
+    out.sort(key=lambda o: o[2])
+    return out
+
+
+def _victim_heap(state: ClusterState, sid: int, shape: Shape, index: CandidateIndex,
+                 ) -> list[tuple[int, int, int, int]]:
+    """The heap of victim options for (shape, request kind), caught up with the nodes
+    changed since its last use (stale entries are skipped by version)."""
     hkey = (sid, index.kind)
     vh = state.victim_heaps.get(hkey)
     if vh is None or len(vh[0]) > 4 * len(state.nodes) + 64:
@@ -125,12 +159,7 @@ def _best_single(state: ClusterState, sid: int, shape: Shape, index: CandidateIn
         opt = _node_option(state, i, sid, shape, index)
         if opt is not None:
             heapq.heappush(heap, (opt[0], opt[1], i, state.version[i]))
-    while heap:
-        _, _, i, ver = heap[0]
-        if ver == state.version[i]:
-            return _node_option(state, i, sid, shape, index)
-        heapq.heappop(heap)
-    return None
+    return heap
 
 
 def find_with_victims(
@@ -146,6 +175,12 @@ def find_with_victims(
         if best is None:
             return None
         return _finish(state, shape, [best[4]], 0, best[3])
+    if index is not None:
+        bounded = _best_options(state, state.shape_id(shape), shape, index,
+                                GANG_VICTIM_NODES)
+        if not bounded:
+            return None
+        return _gang(state, request, shape, topology, [(o[3], o[4]) for o in bounded])
     by_node: dict[int, list[Lease]] = {}
     node_index, ready = state.index, state.ready
     for lease in candidates:

@@ -1,4 +1,6 @@
-"""The indexed single-node victim search decides exactly like the full scan."""
+"""The indexed victim search (per-shape heaps; gangs bounded to the best
+``GANG_VICTIM_NODES`` nodes) decides exactly like the full scan where the bound does
+not cut (fewer candidate nodes than the bound)."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ def test_indexed_victim_search_matches_the_full_scan(monkeypatch):
     queue = bench.queue(600, rng)
     indexed = schedule_pass(snap, queue, 0, earliest_start_limit=0)
     assert any(getattr(d, "victims", ()) for d in indexed.decisions)  # it preempts
+    assert len(snap.nodes) < preempt.GANG_VICTIM_NODES
 
     full_scan = preempt.find_with_victims
 
