@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import random
+import re
 import statistics
 import sys
 import threading
@@ -32,17 +33,31 @@ def _pct(values: list[float], p: float) -> float:
     return ordered[min(int(len(ordered) * p), len(ordered) - 1)]
 
 
+def _print_task_times(stack: Stack) -> None:
+    pattern = re.compile(r"Task ([\w.]+)\[[^]]+\] succeeded in ([\d.]+)s")
+    times: dict[str, list[float]] = {}
+    for path in stack.tmp.glob("worker*.log"):
+        for m in pattern.finditer(path.read_text(errors="replace")):
+            times.setdefault(m.group(1), []).append(float(m.group(2)))
+    for name, values in sorted(times.items()):
+        print(f"  task {name}: n={len(values)} mean {statistics.mean(values) * 1000:.0f} ms "
+              f"max {max(values) * 1000:.0f} ms")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="order → active latency (p50/p99)")
     p.add_argument("--nodes", type=int, default=64)
-    p.add_argument("--orders", type=int, default=100)
-    p.add_argument("--rate", type=float, default=2.0, help="orders per second")
+    p.add_argument("--orders", type=int, default=40)
+    p.add_argument("--rate", type=float, default=0.5, help="orders per second")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--tenants", type=int, default=4)
     p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--task-times", action="store_true",
+                   help="log every task (INFO) and print mean/max seconds per task")
     o = p.parse_args(argv)
     config = StackConfig(nodes=o.nodes, gpus_per_node=8, nodes_per_leaf=16, tenants=0,
-                         big_tenants=o.tenants, workers=o.workers, web_workers=1)
+                         big_tenants=o.tenants, workers=o.workers, web_workers=1,
+                         worker_loglevel="INFO" if o.task_times else "WARNING")
     began = time.perf_counter()
     with Stack(config) as stack:
         print(f"stack: {o.nodes} nodes × 8 GPUs, {o.workers} workers, seeded in "
@@ -100,6 +115,8 @@ def main(argv: list[str] | None = None) -> int:
               f"p99 {p99 * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms")
         print(f"POST /api/v1/orders: p50 {statistics.median(http_s) * 1000:.0f} ms, "
               f"p99 {_pct(http_s, 0.99) * 1000:.0f} ms")
+        if o.task_times:
+            _print_task_times(stack)
         ok = p99 <= TARGET_P99_S and not not_active
         print(f"target p99 ≤ {TARGET_P99_S:.0f} s: {'MET' if ok else 'NOT MET'}")
         return 0 if ok else 1

@@ -29,6 +29,7 @@ from portal.fleet.services.inventory_sync import node_for_enrolment
 from portal.tenants.access import AnyUser, is_staff
 
 DEFAULT_OVERLAP_S = 3600
+DEFAULT_ENROL_RETRY_S = 600
 
 
 def digest(secret: str) -> str:
@@ -66,8 +67,10 @@ def agent_enrol(*, body: dict[str, Any]) -> tuple[Agent, str]:
     inventory Node by hostname) and return it with a fresh credential. ``body`` has been
     validated against §8."""
     now = clock.now()
-    token = (BootstrapToken.objects.select_for_update()
+    token = (BootstrapToken.objects.select_for_update(of=("self",)).select_related("used_by")
              .filter(token_hash=digest(body["bootstrap_token"])).first())
+    if token is not None and _is_retry(token, body, now):
+        return _enrol_retry(token.used_by)
     if token is None or token.used_at is not None or token.expires_at <= now \
             or token.role != body["role"]:
         raise AgentError("invalid_bootstrap_token", "unknown, used or expired bootstrap token")
@@ -91,6 +94,30 @@ def agent_enrol(*, body: dict[str, Any]) -> tuple[Agent, str]:
     audit_record(actor=None, actor_repr=f"agent:{agent.agent_id}", action="fleet.agent_enrol",
                  obj=agent, changes={"role": agent.role, "hostname": agent.hostname,
                                      "bootstrap_token": token.pk})
+    return agent, raw
+
+
+def _is_retry(token: BootstrapToken, body: dict[str, Any], now: datetime) -> bool:
+    """The same host asks again with its used token because our first answer never reached
+    it (client timeout): same hostname, role and machine id, within
+    ``GPUPOOL_AGENT_ENROL_RETRY_S`` (600), and the agent has never reported with the
+    credential it was given (so a replay after the agent is up is refused)."""
+    agent = token.used_by
+    grace = timedelta(seconds=getattr(settings, "GPUPOOL_AGENT_ENROL_RETRY_S",
+                                      DEFAULT_ENROL_RETRY_S))
+    return (agent is not None and token.used_at is not None and now - token.used_at <= grace
+            and agent.last_seen is None and agent.hostname == body["hostname"]
+            and agent.role == body["role"]
+            and agent.machine_id == str(body.get("machine_id") or "")[:64])
+
+
+def _enrol_retry(agent: Agent | None) -> tuple[Agent, str]:
+    assert agent is not None
+    AgentCredential.objects.filter(agent=agent, revoked_at__isnull=True).update(
+        revoked_at=clock.now())
+    raw = _new_credential(agent)
+    audit_record(actor=None, actor_repr=f"agent:{agent.agent_id}",
+                 action="fleet.agent_enrol_retry", obj=agent, changes={})
     return agent, raw
 
 

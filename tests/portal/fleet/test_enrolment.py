@@ -62,6 +62,8 @@ def test_enrol_attaches_existing_node_and_updates_gpus(agent_client) -> None:
 def test_bootstrap_token_is_one_time_and_expires(agent_client, other_agent) -> None:
     _, token = bootstrap_token_create(actor=None)
     assert agent_client.enrol(token=token).status_code == 201
+    agent_client.report(report(agent_client.node_id, 1))  # the agent is up
+    assert other_agent.enrol("gpu-node-01", token=token).status_code == 401  # replay
     second = other_agent.enrol("gpu-node-02", token=token)
     assert second.status_code == 401
     assert second.json()["error"]["code"] == "invalid_bootstrap_token"
@@ -149,3 +151,22 @@ def test_reenrolled_host_gets_a_new_identity_and_seq_starts_again(agent_client,
     assert other_agent.report(report(other_agent.node_id, 1)).json()["status"] == "accepted"
     assert agent_client.report(report(first_id, 2), credential=first_cred).status_code == 401
     assert other_agent.desired(after=0).json()["node_id"] == other_agent.node_id
+
+
+@pytest.mark.django_db
+def test_enrol_retry_after_a_lost_answer_gets_a_fresh_credential(agent_client,
+                                                                 other_agent) -> None:
+    _, token = bootstrap_token_create(actor=None)
+    assert agent_client.enrol("gpu-node-05", token=token).status_code == 201
+    lost_cred = agent_client.credential  # the answer never reached the agent
+    retry = other_agent.enrol("gpu-node-05", token=token)
+    assert retry.status_code == 201 and other_agent.node_id == agent_client.node_id
+    assert agent_client.report(report(agent_client.node_id, 1),
+                               credential=lost_cred).status_code == 401
+    assert other_agent.report(report(other_agent.node_id, 1)).status_code == 200
+    assert agent_client.enrol("gpu-node-06", token=token).status_code == 401  # other host
+    clock.advance(timedelta(minutes=11))
+    _, token2 = bootstrap_token_create(actor=None)
+    agent_client.enrol("gpu-node-08", token=token2)
+    clock.advance(timedelta(minutes=11))
+    assert other_agent.enrol("gpu-node-08", token=token2).status_code == 401  # too late
