@@ -58,7 +58,8 @@ def _order(lease: Lease) -> tuple[int, int, int, str]:
 
 
 # A gang's preemption considers the free nodes plus at most this many nodes with victims
-# (those needing the fewest victims, then the least milli, then node order).
+# (those needing the fewest victims, then the least milli, then node order); only when
+# that finds no gang are all candidate nodes searched.
 GANG_VICTIM_NODES = 256
 
 VictimOption = tuple[int, int, int, list[Lease], Choice]  # (count, milli, node, ...)
@@ -180,7 +181,10 @@ def find_with_victims(
                                 GANG_VICTIM_NODES)
         if not bounded:
             return None
-        return _gang(state, request, shape, topology, [(o[3], o[4]) for o in bounded])
+        found = _gang(state, request, shape, topology, [(o[3], o[4]) for o in bounded])
+        if found is not None or len(bounded) < GANG_VICTIM_NODES:
+            return found
+        # The bound may have cut the nodes a topology-feasible gang needs: full search.
     by_node: dict[int, list[Lease]] = {}
     node_index, ready = state.index, state.ready
     for lease in candidates:
