@@ -40,7 +40,26 @@ def _ts(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
+HEARTBEAT_SQL = """
+WITH claim AS (
+  INSERT INTO fleet_agentreport (agent_id, seq, received, samples)
+  VALUES (%(agent)s, %(seq)s, %(now)s, %(samples)s)
+  ON CONFLICT (agent_id, seq) DO NOTHING RETURNING id),
+a AS (
+  UPDATE fleet_agent SET last_seen = %(now)s, last_seq = GREATEST(last_seq, %(seq)s),
+    agent_version = CASE WHEN %(newest)s THEN %(version)s ELSE agent_version END,
+    dropped_reports = CASE WHEN %(newest)s THEN %(dropped)s ELSE dropped_reports END
+  WHERE id = %(agent)s RETURNING id),
+n AS (
+  UPDATE inventory_node SET last_heartbeat = %(now)s,
+    agent_version = CASE WHEN %(newest)s THEN %(version)s ELSE agent_version END
+  WHERE id = %(node)s RETURNING id)
+SELECT (SELECT count(*) FROM claim),
+       (SELECT generation FROM fleet_nodedesiredstate WHERE node_id = %(node)s)
+"""
 assert AgentReport._meta.db_table == "fleet_agentreport"
+assert (Agent._meta.db_table, Node._meta.db_table) == ("fleet_agent", "inventory_node")
+assert NodeDesiredState._meta.db_table == "fleet_nodedesiredstate"
 
 
 def _claim(agent: Agent, seq: int, now: datetime, samples: int) -> bool:
@@ -54,31 +73,50 @@ def _claim(agent: Agent, seq: int, now: datetime, samples: int) -> bool:
 def report_ingest(*, agent: Agent, body: dict[str, Any]) -> dict[str, Any]:
     """Store a validated report of ``agent`` (its ``node_id`` already checked)."""
     now, seq = clock.now(), body["seq"]
-    accepted = _claim(agent, seq, now, len(body["telemetry"]))
     newest = seq >= agent.last_seq
-    Agent.objects.filter(pk=agent.pk).update(
-        last_seen=now, last_seq=Greatest("last_seq", seq),
-        **({"agent_version": body["agent_version"][:32],
-            "dropped_reports": body["dropped_reports"]} if newest else {}))
+    if agent.role == Role.NODE and connection.vendor == "postgresql":
+        accepted, generation = _heartbeat_pg(agent, body, now, newest)
+    else:
+        accepted, generation = _heartbeat_orm(agent, body, now, newest)
     if agent.role == Role.FABRIC:
         if accepted and newest:
             _fabric_observed(body["observed"])
-        generation = FabricDesiredState.objects.filter(name="default").values_list(
-            "generation", flat=True).first()
     else:
-        node = agent.node
-        assert node is not None
-        Node.objects.filter(pk=node.pk).update(
-            last_heartbeat=now, **({"agent_version": body["agent_version"][:32]}
-                                   if newest else {}))
+        assert agent.node is not None
         if accepted:
-            _node_report(node, body, newest)
-        health.heartbeat(node=node, now=now)
-        generation = NodeDesiredState.objects.filter(node=node).values_list(
-            "generation", flat=True).first()
+            _node_report(agent.node, body, newest)
+        health.heartbeat(node=agent.node, now=now)
     return {"protocol": protocol.PROTOCOL_VERSION, "seq": seq,
             "status": "accepted" if accepted else "duplicate",
             "desired_generation": generation or 0, "rotate_credential": False}
+
+
+def _heartbeat_orm(agent: Agent, body: dict[str, Any], now: datetime,
+                   newest: bool) -> tuple[bool, int | None]:
+    """Claim the seq, record the heartbeat, read the desired generation (portable)."""
+    accepted = _claim(agent, body["seq"], now, len(body["telemetry"]))
+    version = {"agent_version": body["agent_version"][:32]} if newest else {}
+    Agent.objects.filter(pk=agent.pk).update(
+        last_seen=now, last_seq=Greatest("last_seq", body["seq"]),
+        **({**version, "dropped_reports": body["dropped_reports"]} if newest else {}))
+    if agent.role == Role.FABRIC:
+        return accepted, FabricDesiredState.objects.filter(name="default").values_list(
+            "generation", flat=True).first()
+    Node.objects.filter(pk=agent.node_id).update(last_heartbeat=now, **version)
+    return accepted, NodeDesiredState.objects.filter(node_id=agent.node_id).values_list(
+        "generation", flat=True).first()
+
+
+def _heartbeat_pg(agent: Agent, body: dict[str, Any], now: datetime,
+                  newest: bool) -> tuple[bool, int | None]:
+    """The same as ``_heartbeat_orm`` in one round trip (data-modifying CTEs)."""
+    params = {"agent": agent.pk, "node": agent.node_id, "seq": body["seq"], "now": now,
+              "samples": len(body["telemetry"]), "newest": newest,
+              "version": body["agent_version"][:32], "dropped": body["dropped_reports"]}
+    with connection.cursor() as cur:
+        cur.execute(HEARTBEAT_SQL, params)
+        claimed, generation = cur.fetchone()
+    return bool(claimed), generation
 
 
 def _node_report(node: Node, body: dict[str, Any], newest: bool) -> None:
