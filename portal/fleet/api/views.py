@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
@@ -29,6 +30,7 @@ log = logging.getLogger("portal.fleet.agent_api")
 HEARTBEAT_INTERVAL_S = 10
 LONG_POLL_TIMEOUT_S = 30
 POLL_STEP_S = 0.5
+MAX_BODY_BYTES = 16 * 2**20
 
 
 def _error(exc: ApplicationError) -> JsonResponse:
@@ -63,9 +65,26 @@ def agent_endpoint(method: str) -> Callable[[Callable[..., HttpResponse]], Any]:
     return decorate
 
 
-def _body(request: HttpRequest) -> dict[str, Any]:
+def _raw(request: HttpRequest) -> bytes:
+    """The body, read directly: a report may carry up to 120 samples (a spool resend after
+    an outage), above Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (2.5 MB) that guards forms.
+    Our own bound is ``GPUPOOL_AGENT_MAX_BODY_BYTES`` (16 MiB)."""
+    limit = int(getattr(settings, "GPUPOOL_AGENT_MAX_BODY_BYTES", MAX_BODY_BYTES))
     try:
-        body = json.loads(request.body or b"null")
+        length = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        length = 0
+    if length > limit:
+        raise AgentError("invalid_request", f"body larger than {limit} bytes")
+    return request.read(limit + 1)
+
+
+def _body(request: HttpRequest) -> dict[str, Any]:
+    raw = _raw(request)
+    if len(raw) > int(getattr(settings, "GPUPOOL_AGENT_MAX_BODY_BYTES", MAX_BODY_BYTES)):
+        raise AgentError("invalid_request", "body too large")
+    try:
+        body = json.loads(raw or b"null")
     except ValueError:
         body = None
     if not isinstance(body, dict):

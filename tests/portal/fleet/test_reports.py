@@ -247,3 +247,20 @@ def test_gpu_utilisation_from_history(agent_client) -> None:
     end = datetime.fromtimestamp(base + 180, UTC)
     got = selectors.gpu_utilisation(gpus=[(node.pk, 0), (node.pk, 1)], start=start, end=end)
     assert got == {(node.pk, 0): 40.0, (node.pk, 1): 50.0}
+
+
+@pytest.mark.django_db
+def test_full_spool_report_above_django_upload_limit_is_accepted(agent_client,
+                                                                 settings) -> None:
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100_000
+    agent_client.enrol()
+    pad = "x" * 2000  # unknown fields are ignored (and kept in the latest row's data)
+    tel = [sample(ts=1_795_909_200.0 + 10 * i,
+                  gpus=[gpu(j, note=pad) for j in range(8)]) for i in range(120)]
+    body = report(agent_client.node_id, 1, telemetry=tel)
+    resp = agent_client.report(body)
+    assert resp.status_code == 200, resp.content[:200]
+    assert TelemetrySample.objects.filter(kind="gpu").count() == 8 * 20
+    settings.GPUPOOL_AGENT_MAX_BODY_BYTES = 1000
+    resp = agent_client.report(report(agent_client.node_id, 2))
+    assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_request"
