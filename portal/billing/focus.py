@@ -183,8 +183,9 @@ def usage_rows(qs: QuerySet, enc: Encoding) -> Iterator[tuple[str, ...]]:
         missing = ids.difference(leases)
         if not missing:
             return
-        if len(leases) + len(missing) > CACHE_MAX:
+        if len(leases) + len(missing) > CACHE_MAX:  # forget, keep this batch's (≤ CHUNK)
             leases.clear()
+            missing = ids
         raw_of = {UUID(raw): raw for raw in missing}
         for lid, name, tags in Lease.objects.filter(pk__in=list(raw_of)).values_list(
                 "id", "name", "tags"):
