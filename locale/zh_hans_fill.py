@@ -99,7 +99,10 @@ ZH = {
 "Maximum GPUs": "GPU 上限", "In use": "使用中", "GPU-hour budget / month": "每月 GPU 小时预算", "Used this month": "本月已用",
 "Quotas are set by the platform team.": "配额由平台团队设置。", "Use": "使用情况", "Billing pages": "账单页面", "Usage records": "用量记录",
 "Invoices": "发票", "Budget": "预算", "Prices": "价格", "Billing": "账单", "Invoices and usage records will appear here.": "发票和用量记录将显示在这里。",
-"Remove key": "删除密钥", "at this month's rate so far": "按本月迄今的速度估算",
+"Remove key": "删除密钥", "order accepted": "订单已接受", "placed": "已放置", "all nodes converged": "所有节点已就绪",
+"released": "已释放", "reached its end time": "已到结束时间", "provisioning failed": "准备失败",
+"reserved for a later start": "已为稍后开始预留", "nodes did not converge; retrying elsewhere": "节点未就绪；正在其他位置重试",
+"teardown timed out": "清理超时", "system": "系统", "released early": "提前释放", "cancelled": "已取消", "at this month's rate so far": "按本月迄今的速度估算",
 }
 # Strings of the console and billing pages (same catalogue).
 ZH.update({

@@ -25,6 +25,17 @@ LOCALITIES = {Locality.ANY: _("Anywhere"), Locality.NVLINK: _("One NVLink domain
 EVENT_KINDS = {"transition": _("State change"), "extended": _("Extended"),
                "extension": _("Extended"), "warning": _("Warning"),
                "placement": _("Placement"), "hardware": _("Hardware problem")}
+# The leasing app's fixed event reasons (free text from users is shown as written).
+REASONS = {
+    "order accepted": _("order accepted"), "placed": _("placed"),
+    "all nodes converged": _("all nodes converged"), "released": _("released"),
+    "reached its end time": _("reached its end time"),
+    "provisioning failed": _("provisioning failed"),
+    "reserved for a later start": _("reserved for a later start"),
+    "nodes did not converge; retrying elsewhere": _("nodes did not converge; retrying elsewhere"),
+    "teardown timed out": _("teardown timed out"), "released early": _("released early"),
+    "cancelled": _("cancelled"),
+}
 ALL = {**STATES, **ROLES, **PRIORITIES, **LOCALITIES}
 # A tone per state for badges; the text label is always shown too (not colour alone).
 TONES = {

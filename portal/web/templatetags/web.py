@@ -57,3 +57,9 @@ def get(mapping: Any, key: Any) -> Any:
 def models_of(lease: Any) -> str:
     """The model a lease runs on, or the models it accepts while waiting."""
     return lease.gpu_model or " / ".join(lease.allowed_models or [])
+
+
+@register.filter
+def reason(text: Any) -> Any:
+    """A leasing event reason in the page's language when it is one of the fixed ones."""
+    return labels.REASONS.get(str(text), text)
