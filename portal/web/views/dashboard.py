@@ -10,7 +10,7 @@ from django.utils.translation import gettext as _
 
 from portal.leasing.models import LeaseState
 from portal.tenants.models import Tenant
-from portal.web import panels
+from portal.web import labels, panels
 from portal.web.views._common import tenant_page
 
 LIVE_STATES = (LeaseState.REQUESTED, LeaseState.QUEUED, LeaseState.SCHEDULED,
@@ -65,7 +65,7 @@ def notices(quotas: list[dict[str, Any]], trouble: list[Any]) -> list[str]:
                          % {"model": row.get("model") or _("all models")})
     for lease in trouble:
         found.append(_("Lease %(name)s: %(state)s.")
-                     % {"name": str(lease), "state": lease.get_state_display()})
+                     % {"name": str(lease), "state": labels.STATES.get(lease.state, lease.state)})
     return found
 
 

@@ -298,3 +298,24 @@ def test_tenant_switch_rejects_bad_input(alice: Client) -> None:
     response = alice.post(reverse("web:tenant_switch"), {"tenant": "not a slug!"})
     assert response.status_code == 302
     assert "active_tenant" not in alice.session
+
+
+def test_refused_extension_offers_the_calendars_longest_end(pool: dict[str, Any], alice: Client,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from portal.leasing import services
+
+    lease = active_lease(pool)
+    longest = lease.end_at + timedelta(hours=1, minutes=30)
+
+    def refuse(**kwargs: Any) -> Any:
+        raise services.ExtensionRefused("The GPUs are booked after that.", longest)
+
+    monkeypatch.setattr(services, "lease_extend", refuse)
+    url = reverse("web:lease_extend", kwargs={"lease_id": lease.pk})
+    response = alice.post(url, {"end_at": (lease.end_at + timedelta(hours=9)).strftime(
+        "%Y-%m-%dT%H:%M")})
+    body = errors_of(response)
+    assert response.status_code == 400
+    assert "The GPUs are booked after that." in body
+    assert response.context["longest"] == longest
+    assert f'value="{longest:%Y-%m-%dT%H:%M}"' in body  # one click to take the calendar's answer

@@ -121,3 +121,20 @@ def test_state_change_is_pushed_without_a_group_message(pool: dict[str, Any]) ->
         await asyncio.sleep(0)
 
     async_to_sync(scenario)()
+
+
+def test_foreign_origin_is_refused(pool: dict[str, Any]) -> None:
+    from portal.asgi import application
+
+    lease = order(pool)
+
+    async def scenario() -> tuple[bool, Any]:
+        comm = WebsocketCommunicator(application, f"/ws/leases/{lease.pk}/",
+                                     headers=[(b"origin", b"https://evil.example"),
+                                              (b"host", b"127.0.0.1")])
+        connected, code = await comm.connect()
+        await comm.disconnect()
+        return connected, code
+
+    connected, _ = async_to_sync(scenario)()
+    assert connected is False
