@@ -102,7 +102,7 @@ ZH = {
 "Remove key": "删除密钥", "order accepted": "订单已接受", "placed": "已放置", "all nodes converged": "所有节点已就绪",
 "released": "已释放", "reached its end time": "已到结束时间", "provisioning failed": "准备失败",
 "reserved for a later start": "已为稍后开始预留", "nodes did not converge; retrying elsewhere": "节点未就绪；正在其他位置重试",
-"teardown timed out": "清理超时", "system": "系统", "Extend until then": "延长至该时间", "released early": "提前释放", "cancelled": "已取消", "at this month's rate so far": "按本月迄今的速度估算",
+"teardown timed out": "清理超时", "system": "系统", "node not reachable": "节点无法访问", "Extend until then": "延长至该时间", "released early": "提前释放", "cancelled": "已取消", "at this month's rate so far": "按本月迄今的速度估算",
 }
 # Strings of the console and billing pages (same catalogue).
 ZH.update({

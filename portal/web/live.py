@@ -95,3 +95,21 @@ def problems(telemetry: dict[str, Any]) -> list[dict[str, Any]]:
             found.append({"what": port["label"], "kind": "port", "errors": port["errors"],
                           "up": port["up"]})
     return found
+
+
+def node_problems(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Unreachable nodes and the fleet's active alerts on the lease's nodes (1 query)."""
+    try:
+        from portal.fleet.models import NodeHealth
+    except ImportError:
+        return []
+    hosts = {g["node_id"]: g["host"] for g in gpus}
+    found = []
+    for row in NodeHealth.objects.filter(node_id__in=hosts).order_by("node_id"):
+        if not row.reachable:
+            found.append({"what": hosts[row.node_id], "kind": "node"})
+        for alert in row.alerts or []:
+            if alert.get("severity") in ("warning", "critical", "error"):
+                found.append({"what": hosts[row.node_id], "kind": "alert",
+                              "message": alert.get("message") or alert.get("kind", "")})
+    return found

@@ -112,13 +112,14 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
     lease = _lease(request, lease_id)
     holding = lease.state in (LeaseState.SCHEDULED, LeaseState.PROVISIONING,
                               LeaseState.ACTIVE, LeaseState.RELEASING)
-    telemetry = live.lease_telemetry(lease) if holding else {"gpus": [], "ports": []}
+    gpus = live.lease_gpus(lease) if holding else []
+    telemetry = live.lease_telemetry(lease, gpus) if holding else {"gpus": [], "ports": []}
     return render(request, "web/lease.html", {
         "lease": lease,
         "events": list(lease_events(lease=lease)),
         "conn": lease_connection(lease=lease) if holding else None,
         "telemetry": telemetry,
-        "problems": live.problems(telemetry),
+        "problems": live.node_problems(gpus) + live.problems(telemetry),
         "may_act": can(request, Role.MEMBER),
         "may_cancel": lease.state in CANCELLABLE,
         "may_release": lease.state == LeaseState.ACTIVE,

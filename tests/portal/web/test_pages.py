@@ -158,3 +158,16 @@ def test_htmx_is_vendored_not_from_a_cdn(alice: Client) -> None:
     body = alice.get("/").content.decode()
     assert "/static/vendor/htmx/htmx.min.js" in body
     assert "cdn" not in body.lower() and "unpkg" not in body
+
+
+def test_lease_page_shows_unreachable_node_and_alerts(pool: dict[str, Any], alice: Client) -> None:
+    from portal.fleet.models import NodeHealth
+
+    lease = active_lease(pool)
+    node = Allocation.objects.filter(lease=lease).first().node
+    NodeHealth.objects.create(node=node, reachable=False, alerts=[
+        {"key": "ib", "kind": "ib_link_down", "severity": "critical",
+         "message": "mlx5_0 port 1 is down", "since": "2026-11-02T09:00:00Z"}])
+    body = alice.get(reverse("web:lease", kwargs={"lease_id": lease.pk})).content.decode()
+    assert 'class="alert"' in body
+    assert "node not reachable" in body and "mlx5_0 port 1 is down" in body
