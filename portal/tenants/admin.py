@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from portal.tenants.models import ApiKey, Membership, Tenant
+from portal.tenants.models import ApiKey, Membership, SshPublicKey, Tenant
 
 
 class MembershipInline(admin.TabularInline):
@@ -33,3 +33,10 @@ class ApiKeyAdmin(admin.ModelAdmin):
     list_filter = ("tenant",)
     search_fields = ("name", "prefix", "user__username")
     readonly_fields = ("prefix", "secret_hash", "created", "last_used_at")
+
+
+@admin.register(SshPublicKey)
+class SshPublicKeyAdmin(admin.ModelAdmin):
+    list_display = ("user", "name", "key_type", "fingerprint", "created")
+    search_fields = ("user__username", "name", "fingerprint")
+    readonly_fields = ("key_type", "fingerprint", "created")
