@@ -171,3 +171,14 @@ def test_lease_page_shows_unreachable_node_and_alerts(pool: dict[str, Any], alic
     body = alice.get(reverse("web:lease", kwargs={"lease_id": lease.pk})).content.decode()
     assert 'class="alert"' in body
     assert "node not reachable" in body and "mlx5_0 port 1 is down" in body
+
+
+def test_staff_pick_a_tenant_with_the_switcher(pool: dict[str, Any]) -> None:
+    from tests.portal.factories import make_user
+
+    staff = client_for(make_user("ops", staff=True))
+    body = staff.get("/").content.decode()
+    assert "You belong to no tenant yet" in body and 'id="tenant-switch"' in body
+    staff.post(reverse("web:tenant_switch"), {"tenant": "b", "next": "/"})
+    response = staff.get("/")
+    assert response.status_code == 200 and response.context["request"].tenant == pool["b"]
