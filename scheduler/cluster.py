@@ -30,6 +30,7 @@ Eval = tuple[Cost, Option] | None
 Entry = tuple[Cost, int, int, Option]
 
 _MEMO_LIMIT = 300_000
+_MISSING: Eval = ((-1.0,), ((-1, -1),))  # memo sentinel (compared by identity)
 
 
 @dataclass
@@ -68,7 +69,8 @@ class ClusterState:
             self.order.append(order)
         self.changes: list[int] = []
         self.heaps: dict[Shape, _ShapeHeap] = {}
-        self.memo: dict[tuple[NodeKey, Shape], Eval] = {}
+        self.memo: dict[Shape, dict[NodeKey, Eval]] = {}  # per shape, by state key
+        self._memo_size = 0
         # Equivalence classes: ready nodes by state key (insertion-ordered sets).
         self.classes: dict[NodeKey, dict[int, None]] = {}
         for i, key in enumerate(self.keys):
@@ -102,17 +104,23 @@ class ClusterState:
     # ----------------------------------------------------------------- evaluation
     def evaluate(self, key: NodeKey, shape: Shape) -> Eval:
         """Best (cost, option) for ``shape`` on a node in state ``key``; memoised."""
-        mkey = (key, shape)
-        if mkey in self.memo:
-            return self.memo[mkey]
+        per_shape = self.memo.get(shape)
+        if per_shape is None:
+            per_shape = self.memo[shape] = {}
+        hit = per_shape.get(key, _MISSING)
+        if hit is not _MISSING:
+            return hit
         best: Eval = None
         for opt in options(key, shape):
             cost = self.policy.cost(self.ctx, key, shape, opt, apply(key, shape, opt))
             if best is None or cost < best[0]:
                 best = (cost, opt)
-        if len(self.memo) > _MEMO_LIMIT:
+        if self._memo_size > _MEMO_LIMIT:
             self.memo.clear()
-        self.memo[mkey] = best
+            self._memo_size = 0
+            per_shape = self.memo[shape] = {}
+        per_shape[key] = best
+        self._memo_size += 1
         return best
 
     def eval_node(self, i: int, shape: Shape) -> Eval:
@@ -134,10 +142,17 @@ class ClusterState:
 
     def _entries(self, idx: Iterable[int], shape: Shape) -> list[Entry]:
         out: list[Entry] = []
+        keys, ready, version = self.keys, self.ready, self.version
+        # Evaluations are pure, so a reference kept across a memo reset stays correct.
+        per_shape = self.memo.setdefault(shape, {})
         for i in idx:
-            ev = self.eval_node(i, shape)
+            if not ready[i]:
+                continue
+            ev = per_shape.get(keys[i], _MISSING)
+            if ev is _MISSING:
+                ev = self.evaluate(keys[i], shape)
             if ev is not None:
-                out.append((ev[0], i, self.version[i], ev[1]))
+                out.append((ev[0], i, version[i], ev[1]))
         return out
 
     def best(self, shape: Shape, allowed: Sequence[bool] | None = None) -> Choice | None:
