@@ -6,6 +6,7 @@ from collections import defaultdict
 from datetime import datetime
 from typing import Any
 
+from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
 
 from portal.core import clock
@@ -43,7 +44,7 @@ def lease_get(*, user: AnyUser, lease_id: Any) -> Lease:
     """A lease the user may see; anything else (other tenant, bad id) is a 404."""
     try:
         lease = Lease.objects.select_related("tenant", "created_by").get(pk=lease_id)
-    except (Lease.DoesNotExist, ValueError, TypeError):
+    except (Lease.DoesNotExist, ValueError, TypeError, ValidationError):
         raise NotFound("No such lease.") from None
     try:
         require_role(user, lease.tenant, Role.VIEWER)
