@@ -117,7 +117,12 @@ def shot(page: Any, name: str) -> Path:
 
 
 def publish(names: list[str]) -> None:
-    """Copy a few screenshots into docs/ for the README."""
+    """Copy a few screenshots into docs/ for the README (only when asked: keeps runs clean).
+
+    ``GPUPOOL_PUBLISH_SCREENSHOTS=1 pytest tests/browser`` refreshes docs/screenshots/.
+    """
+    if os.environ.get("GPUPOOL_PUBLISH_SCREENSHOTS") != "1":
+        return
     docs = ROOT / "docs" / "screenshots"
     docs.mkdir(parents=True, exist_ok=True)
     for name in names:
