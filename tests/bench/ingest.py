@@ -54,7 +54,7 @@ def manage(env: dict[str, str], *args: str) -> str:
     return out.stdout
 
 
-def cpu_seconds(match: Any) -> float:
+def cpu_seconds(match: Any, children: bool = False) -> float:
     """Total user+system CPU of the processes for which ``match(pid, comm, ppid)``."""
     total = 0.0
     for entry in Path("/proc").iterdir():
@@ -68,22 +68,17 @@ def cpu_seconds(match: Any) -> float:
         fields = stat[stat.rindex(")") + 2:].split()
         if match(int(entry.name), comm, int(fields[1])):
             total += (int(fields[11]) + int(fields[12])) / TICK
+            if children:  # CPU of exited, reaped children (e.g. closed PG backends)
+                total += (int(fields[13]) + int(fields[14])) / TICK
     return total
-
-
-def backend_pids(url: str) -> set[int]:
-    """The PostgreSQL backends serving the benchmark database (the server's connections)."""
-    with psycopg.connect(url) as conn:
-        rows = conn.execute("SELECT pid FROM pg_stat_activity WHERE datname = "
-                            "current_database() AND pid <> pg_backend_pid()").fetchall()
-    return {int(r[0]) for r in rows}
 
 
 def snapshot(server_pid: int, sim_pid: int) -> dict[str, float]:
     return {
         "server": cpu_seconds(lambda pid, _c, ppid: server_pid in (pid, ppid)),
         "simulator": cpu_seconds(lambda pid, _c, _p: pid == sim_pid),
-        "postgres": 0.0,  # per backend, see _run
+        # the whole (shared) PostgreSQL server, exited backends included
+        "postgres": cpu_seconds(lambda _p, comm, _pp: comm.startswith("postgres"), True),
         "redis": cpu_seconds(lambda _p, comm, _pp: comm.startswith("redis")),
         "machine": _machine_busy(),
     }
@@ -180,12 +175,9 @@ def _run(args: argparse.Namespace, env: dict[str, str], port: int, token_file: P
         time.sleep(2)
     enrolled_after = time.time() - started
     time.sleep(warmup)
-    pg0 = {pid: cpu_seconds(lambda p, _c, _pp, pid=pid: p == pid) for pid in backend_pids(db)}
     window_start, cpu0 = time.time(), snapshot(server_pid, sim.pid)
     time.sleep(args.seconds)
     window_end, cpu1 = time.time(), snapshot(server_pid, sim.pid)
-    pg1 = {pid: cpu_seconds(lambda p, _c, _pp, pid=pid: p == pid) for pid in pg0}
-    cpu1["postgres"] = sum(pg1[p] - pg0[p] for p in pg0 if pg1[p] >= pg0[p])  # survivors
     sim.send_signal(15)
     out, _ = sim.communicate(timeout=300)
     summary = json.loads(out.decode().strip().splitlines()[-1])

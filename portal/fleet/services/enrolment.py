@@ -129,8 +129,8 @@ def _new_identity(agent: Agent) -> None:
     AgentCredential.objects.filter(agent=agent, revoked_at__isnull=True).update(
         revoked_at=clock.now())
     AgentReport.objects.filter(agent=agent).delete()
-    agent.agent_id, agent.last_seq = new_agent_id(), 0
-    agent.save(update_fields=["agent_id", "last_seq"])
+    agent.agent_id, agent.last_seq, agent.last_seen = new_agent_id(), 0, None
+    agent.save(update_fields=["agent_id", "last_seq", "last_seen"])
     if agent.node_id is not None:
         desired = NodeDesiredState.objects.select_for_update().filter(node_id=agent.node_id)
         for row in desired:

@@ -165,6 +165,11 @@ def test_enrol_retry_after_a_lost_answer_gets_a_fresh_credential(agent_client,
                                credential=lost_cred).status_code == 401
     assert other_agent.report(report(other_agent.node_id, 1)).status_code == 200
     assert agent_client.enrol("gpu-node-06", token=token).status_code == 401  # other host
+    # a host that reported before, reinstalled, whose enrolment answer is lost, retries
+    other_agent.report(report(other_agent.node_id, 2))
+    _, token3 = bootstrap_token_create(actor=None)
+    assert agent_client.enrol("gpu-node-05", token=token3).status_code == 201
+    assert other_agent.enrol("gpu-node-05", token=token3).status_code == 201
     clock.advance(timedelta(minutes=11))
     _, token2 = bootstrap_token_create(actor=None)
     agent_client.enrol("gpu-node-08", token=token2)
