@@ -98,18 +98,17 @@ def problems(telemetry: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def node_problems(gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Unreachable nodes and the fleet's active alerts on the lease's nodes (1 query)."""
+    """Unreachable nodes and the fleet's hardware problems on the lease's nodes."""
     try:
-        from portal.fleet.models import NodeHealth
+        from portal.fleet.selectors import hardware_problems_for, unreachable_node_ids
     except ImportError:
         return []
     hosts = {g["node_id"]: g["host"] for g in gpus}
-    found = []
-    for row in NodeHealth.objects.filter(node_id__in=hosts).order_by("node_id"):
-        if not row.reachable:
-            found.append({"what": hosts[row.node_id], "kind": "node"})
-        for alert in row.alerts or []:
-            if alert.get("severity") in ("warning", "critical", "error"):
-                found.append({"what": hosts[row.node_id], "kind": "alert",
-                              "message": alert.get("message") or alert.get("kind", "")})
+    if not hosts:
+        return []
+    found = [{"what": hosts[node_id], "kind": "node"}
+             for node_id in sorted(unreachable_node_ids() & set(hosts))]
+    for problem in hardware_problems_for(hosts):
+        found.append({"what": problem.get("hostname") or hosts.get(problem["node_id"], ""),
+                      "kind": "alert", "message": problem.get("message") or problem.get("kind")})
     return found

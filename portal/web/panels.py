@@ -67,11 +67,22 @@ def billing_links() -> list[tuple[str, str]]:
 
 
 def free_by_model() -> list[dict[str, Any]]:
-    """Per GPU model: installed, schedulable and (when leasing says) free right now."""
-    func = _selector("portal.leasing.selectors", "free_capacity_by_model", "availability_by_model",
-                     "free_by_model")
+    """Per GPU model: installed, schedulable and wholly free right now (2 queries).
+
+    Free = schedulable (ready node, healthy GPU) and no live allocation covering now.
+    Belongs in the leasing selectors; kept here until leasing offers one.
+    """
+    func = _selector("portal.leasing.selectors", "free_capacity_by_model",
+                     "availability_by_model", "free_by_model")
     if func is not None:
         return list(func())
-    from portal.inventory.selectors import capacity_by_model
+    from django.db.models import Count
 
-    return [{**row, "gpus_free": row["gpus_schedulable"]} for row in capacity_by_model()]
+    from portal.inventory.selectors import capacity_by_model, schedulable_gpus
+    from portal.leasing.models import Allocation
+
+    now = clock.now()
+    busy = Allocation.objects.filter(live=True, start_at__lte=now, end_at__gt=now).values("gpu_id")
+    free = dict(schedulable_gpus().exclude(id__in=busy).values("model")
+                .annotate(n=Count("id")).values_list("model", "n"))
+    return [{**row, "gpus_free": free.get(row["model"], 0)} for row in capacity_by_model()]

@@ -38,7 +38,8 @@ def test_dashboard_shows_active_lease_quota_and_free_gpus(pool: dict[str, Any],
     assert "big-train" in body and reverse("web:lease", kwargs={"lease_id": lease.pk}) in body
     assert 'role="progressbar"' in body  # quota bar, with its numbers as text
     assert "GPUs in use: 8 of 16" in body
-    assert "H100" in body
+    free = {row["model"]: row["gpus_free"] for row in alice.get("/").context["free"]}
+    assert free == {"H100": 24}
 
 
 def test_lease_page_shows_connection_details_and_telemetry(pool: dict[str, Any],

@@ -17,7 +17,7 @@ from tests.portal.web.conftest import drive, order
 
 DASHBOARD_MAX = 18
 LEASES_MAX = 11
-LEASE_MAX = 18
+LEASE_MAX = 20
 
 
 @pytest.fixture
