@@ -81,7 +81,13 @@ class LeaseConsumer(AsyncJsonWebsocketConsumer):
 
     async def _poll(self) -> None:
         while True:
-            snap = await database_sync_to_async(_snapshot)(self.scope.get("user"), self.lease_id)
+            try:
+                snap = await database_sync_to_async(_snapshot)(self.scope.get("user"),
+                                                               self.lease_id)
+            except Exception:  # a database hiccup: keep the socket, try again next tick
+                log.exception("lease %s: telemetry poll failed", self.lease_id)
+                await asyncio.sleep(POLL_SECONDS)
+                continue
             if snap is None:
                 await self.close(code=CLOSE_NOT_FOUND)
                 return

@@ -138,3 +138,30 @@ def test_foreign_origin_is_refused(pool: dict[str, Any]) -> None:
 
     connected, _ = async_to_sync(scenario)()
     assert connected is False
+
+
+def test_a_failed_poll_keeps_the_socket(pool: dict[str, Any],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from portal.web import live
+
+    lease = active_lease(pool)
+    real = live.lease_telemetry
+    calls = {"n": 0}
+
+    def flaky(*args: Any, **kwargs: Any) -> Any:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("database went away")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(live, "lease_telemetry", flaky)
+
+    async def scenario() -> None:
+        comm = communicator(pool["alice"], lease.pk)
+        assert (await comm.connect())[0]
+        assert (await comm.receive_json_from(timeout=3))["type"] == "lease"
+        assert (await comm.receive_json_from(timeout=3))["type"] == "telemetry"
+        await comm.disconnect()
+
+    async_to_sync(scenario)()
+    assert calls["n"] >= 2
