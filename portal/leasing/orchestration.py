@@ -13,6 +13,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 
 from portal.core import clock
 from portal.core.crash import crashpoint
@@ -142,8 +143,10 @@ def _write_allocations(lease: Lease, placement: allocation.Placement) -> None:
 
 
 def _free_slots(gpu: Gpu, start: datetime, end: datetime, wanted: int) -> list[int]:
-    used = set(Allocation.objects.filter(gpu=gpu, live=True, start_at__lt=end, end_at__gt=start)
-               .values_list("slot", flat=True))
+    # A lease past its end but still on the hardware keeps its slots (see allocation._leases).
+    used = set(Allocation.objects.filter(gpu=gpu, live=True, start_at__lt=end).filter(
+        Q(end_at__gt=start) | Q(lease__state__in=allocation.LINGERING))
+        .values_list("slot", flat=True))
     free = [s for s in range(SLOTS_PER_GPU) if s not in used]
     if len(free) < wanted:
         raise SlotConflict(f"GPU {gpu.pk} has {len(free)} free slots, {wanted} wanted")

@@ -190,6 +190,9 @@ def validate_order(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
 def order_create(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
                  idempotency_key: str | None = None) -> Lease:
     """Validate and queue an order; a scheduling pass runs when the transaction commits."""
+    # One order at a time per tenant: the pending-orders and quota checks below count rows,
+    # and two concurrent orders would both pass them (seen in the race harness).
+    Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).first()
     now = clock.now()
     window, models = validate_order(actor=actor, tenant=tenant, spec=spec, now=now)
     lease = Lease.objects.create(

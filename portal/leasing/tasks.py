@@ -34,8 +34,11 @@ def schedule_pass() -> dict[str, int]:
 
 def request_schedule_pass_on_commit() -> None:
     def fire() -> None:
-        if cache.add(PENDING_KEY, 1, timeout=30):
-            schedule_pass.delay()
+        try:
+            if cache.add(PENDING_KEY, 1, timeout=30):
+                schedule_pass.delay()
+        except Exception:  # Redis down: the change is committed; the reconciler schedules
+            log.warning("could not request a scheduling pass", exc_info=True)
     transaction.on_commit(fire)
 
 
@@ -47,7 +50,10 @@ def lease_step(step: str, lease_id: str) -> None:
 
 
 def enqueue_step(step: str, lease_id: str) -> None:
-    lease_step.delay(step, lease_id)
+    try:
+        lease_step.delay(step, lease_id)
+    except Exception:  # Redis down: the state is committed; the reconciler re-drives it
+        log.warning("could not enqueue %s for %s", step, lease_id, exc_info=True)
 
 
 @durable_task(time_limit=60)

@@ -67,6 +67,7 @@ class StackConfig:
     big_tenants: int = 0  # b0, b1…: no binding quota or pending limit (idempotency runs)
     workers: int = 2
     web_workers: int = 2
+    worker_loglevel: str = "WARNING"
     beat: bool = True
     reconcile_every_s: float = 1.0
     provision_timeout_s: int = 120
@@ -265,7 +266,8 @@ class Stack:
         proc = self._spawn(f"worker{n}", [
             PYTHON, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "-Q", "celery",
             "-n", f"w{n}-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
-            "--without-heartbeat", "--loglevel=WARNING"], self.env(**extra_env))
+            "--without-heartbeat", f"--loglevel={self.config.worker_loglevel}"],
+            self.env(**extra_env))
         self.workers.append(proc)
         return proc
 
@@ -313,8 +315,9 @@ class Stack:
                 self._kill(proc, signal.SIGKILL)
         self._all.clear()
         self.workers.clear()
-        with contextlib.suppress(Exception):
-            self._drop_db()
+        if os.environ.get("GPUPOOL_STACK_KEEP_DB") != "1":  # keep it to look around
+            with contextlib.suppress(Exception):
+                self._drop_db()
         if os.environ.get("GPUPOOL_STACK_KEEP_LOGS") != "1":
             shutil.rmtree(self.tmp, ignore_errors=True)
 
@@ -407,6 +410,12 @@ def check_invariants(stack: Stack) -> list[str]:
                 GROUP BY i.tenant_id, i.model, i.t HAVING COUNT(*) / 8.0 > MAX(qu.max_gpus)
                 LIMIT 5""")
     problems += [f"quota overrun (booked): {r}" for r in rows]
+    # 5b. Pending orders per tenant (sampled now) within the tenant's limit.
+    rows = q("""SELECT l.tenant_id, COUNT(*), MIN(qu.max_pending_orders) FROM leasing_lease l
+                JOIN leasing_quota qu ON qu.tenant_id = l.tenant_id
+                WHERE l.state IN ('requested', 'queued', 'scheduled')
+                GROUP BY l.tenant_id HAVING COUNT(*) > MIN(qu.max_pending_orders)""")
+    problems += [f"pending orders over the limit: {r}" for r in rows]
     # 6. No leaked allocation: none live for a lease in a terminal or waiting state.
     rows = q("""SELECT l.id, l.state, COUNT(*) FROM leasing_allocation a
                 JOIN leasing_lease l ON l.id = a.lease_id

@@ -201,6 +201,9 @@ def test_redis_restarted_without_persistence_loses_no_order(stack: Stack) -> Non
     print(f"redis restart: {len(ids)} created, answers {sorted(set(out['codes']))}, "
           f"{len(out['errors'])} failed tries: {out['errors'][:3]}")
     assert len(ids) == 16, out
+    # An order committed while Redis is away is still a 201: publishing after commit is
+    # best effort, the reconciler schedules it (it used to be a 500 for a stored order).
+    assert all(code < 500 for code in out["codes"]), out["errors"]
     _converged(stack, ids, "redis restart")
     assert set(stack.states(ids).values()) == {"active"}
     _release_created(stack, out["created"])

@@ -73,6 +73,7 @@ class ClientResult:
     server_errors: list[str] = field(default_factory=list)
     hangs: int = 0
     transport_errors: list[str] = field(default_factory=list)
+    transport_retries: int = 0
     created: list[str] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
 
@@ -85,14 +86,20 @@ def _client(args: tuple[str, dict[str, str], list[str], int, int, float, float])
     def call(client: httpx.Client, what: str, url: str, body: Any,
              headers: dict[str, str]) -> httpx.Response | None:
         began = time.perf_counter()
-        try:
-            r = client.post(url, json=body, headers=headers)
-        except httpx.TimeoutException:
-            out.hangs += 1
-            return None
-        except httpx.TransportError as exc:
-            out.transport_errors.append(f"{what}: {exc!r}")
-            return None
+        for attempt in range(3):
+            try:
+                r = client.post(url, json=body, headers=headers)
+                break
+            except httpx.TimeoutException:
+                out.hangs += 1
+                return None
+            except httpx.TransportError as exc:
+                # A keep-alive connection the server closed as we reused it: retrying is
+                # safe (orders carry an Idempotency-Key; cancel/release are idempotent).
+                if attempt == 2:
+                    out.transport_errors.append(f"{what}: {exc!r}")
+                    return None
+                out.transport_retries += 1
         out.latencies.append(time.perf_counter() - began)
         if r.status_code >= 500:
             out.server_errors.append(f"{what} {r.status_code}: {r.text[:300]}")
@@ -132,6 +139,7 @@ class RaceReport:
     server_errors: list[str]
     hangs: int
     transport_errors: list[str]
+    transport_retries: int
     created: int
     missing: list[str]
     final_states: dict[str, int]
@@ -185,6 +193,7 @@ def run_race(stack: Stack, *, clients: int, orders: int, seed: int = 1,
         total.server_errors += r.server_errors
         total.hangs += r.hangs
         total.transport_errors += r.transport_errors
+        total.transport_retries += r.transport_retries
         total.created += r.created
         total.latencies += r.latencies
     settle_began = time.perf_counter()
@@ -197,6 +206,7 @@ def run_race(stack: Stack, *, clients: int, orders: int, seed: int = 1,
         orders_sent=per_client * clients, codes=dict(total.codes),
         action_codes=dict(total.action_codes), server_errors=total.server_errors[:20],
         hangs=total.hangs, transport_errors=total.transport_errors[:20],
+        transport_retries=total.transport_retries,
         created=len(total.created), missing=missing[:20],
         final_states=dict(Counter(states.values())), unsettled=unsettled,
         violations=check_invariants(stack), seconds=round(seconds, 1),
@@ -216,6 +226,7 @@ class IdemReport:
     orders_per_key: dict[int, int]
     failures: list[str]
     seconds: float
+    transport_retries: int = 0
 
     @property
     def ok(self) -> bool:
@@ -234,11 +245,16 @@ async def _idem_async(stack: Stack, tenants: list[str], keys: int, copies: int,
             headers = {**stack.auth(tenant), "Idempotency-Key": key}
 
             async def send() -> Any:
-                try:
-                    r = await c.post("/api/v1/orders", json=body, headers=headers)
-                except httpx.HTTPError as exc:
-                    return ("error", repr(exc))
-                return (r.status_code, _canonical(r.content))
+                for attempt in range(3):  # a dropped keep-alive connection: retry, same key
+                    try:
+                        r = await c.post("/api/v1/orders", json=body, headers=headers)
+                    except httpx.TransportError as exc:
+                        if attempt == 2 or isinstance(exc, httpx.TimeoutException):
+                            return ("error", repr(exc))
+                        failures.append(f"retried {key}: {exc!r}")
+                        continue
+                    return (r.status_code, _canonical(r.content))
+                return ("error", "unreachable")
 
             async with sem:
                 answers[key] = list(await asyncio.gather(*(send() for _ in range(copies))))
@@ -266,8 +282,9 @@ def run_idempotency(stack: Stack, *, keys: int, copies: int = 3, concurrency: in
                     timeout: float = 60.0) -> IdemReport:
     tenants = sorted(k for k in stack.keys if k.startswith("b")) or sorted(stack.keys)
     began = time.perf_counter()
-    answers, failures = asyncio.run(_idem_async(stack, tenants, keys, copies, concurrency,
-                                                timeout))
+    answers, notes = asyncio.run(_idem_async(stack, tenants, keys, copies, concurrency,
+                                             timeout))
+    failures: list[str] = []
     seconds = time.perf_counter() - began
     codes: Counter[int] = Counter()
     mismatched = []
@@ -292,7 +309,7 @@ def run_idempotency(stack: Stack, *, keys: int, copies: int = 3, concurrency: in
             failures.append(f"{key}: stored status {stored.get(key)} != answered {got[0][0]}")
     return IdemReport(keys=keys, copies=copies, codes=dict(codes), mismatched=mismatched[:10],
                       orders_per_key=dict(orders_per_key), failures=failures[:10],
-                      seconds=round(seconds, 1))
+                      seconds=round(seconds, 1), transport_retries=len(notes))
 
 
 def check_reused_key_422(stack: Stack, tenant: str) -> list[str]:
