@@ -110,7 +110,8 @@ def fabric_desired_set(*, partitions: list[dict[str, Any]]) -> int:
 @transaction.atomic
 def simulate_apply(*, node: Node) -> None:
     """A simulated node agent: the observed state becomes the desired one, in sync."""
-    desired = NodeDesiredState.objects.filter(node=node).first()
+    # Locked: two concurrent applies must not let the older generation land last.
+    desired = NodeDesiredState.objects.select_for_update().filter(node=node).first()
     generation = desired.generation if desired else 0
     doc = desired.document if desired else {}
     observed = {
