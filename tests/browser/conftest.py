@@ -103,7 +103,7 @@ def browser() -> Iterator[Any]:
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900}, locale="en-US")
-    context.set_default_timeout(20_000)
+    context.set_default_timeout(30_000)
     pg = context.new_page()
     yield pg
     context.close()

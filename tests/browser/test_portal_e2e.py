@@ -49,10 +49,10 @@ def test_order_watch_extend_release(stack: str, page: Any) -> None:
     # the lease becomes active without reloading, and its charts move
     page.wait_for_selector("#lease-state [data-state=active]", timeout=60_000)
     page.wait_for_function("() => document.querySelectorAll('#gpu-charts .chart').length === 8",
-                           timeout=30_000)
+                           timeout=45_000)
     page.wait_for_function(
         "() => [...document.querySelectorAll('#gpu-charts .chart')]"
-        ".every(c => (c.getAttribute('data-samples') | 0) >= 3)", timeout=30_000)
+        ".every(c => (c.getAttribute('data-samples') | 0) >= 3)", timeout=45_000)
     points = page.locator("#gpu-charts .chart polyline").first.get_attribute("points")
     assert points and len(points.split()) >= 2
     assert page.evaluate("window.__noReload") is True

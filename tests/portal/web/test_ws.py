@@ -37,7 +37,7 @@ def communicator(user: Any, lease_id: Any) -> WebsocketCommunicator:
 async def _closed_with(comm: WebsocketCommunicator) -> int | None:
     connected, _ = await comm.connect()
     assert connected  # accepted, then closed with a reason the page understands
-    out = await comm.receive_output(timeout=3)
+    out = await comm.receive_output(timeout=10)
     await comm.wait()
     return out.get("code") if out["type"] == "websocket.close" else None
 
@@ -67,10 +67,10 @@ def test_own_lease_streams_telemetry_and_state_and_stops_when_access_ends(
         comm = communicator(pool["alice"], lease.pk)
         connected, _ = await comm.connect()
         assert connected
-        first = await comm.receive_json_from(timeout=3)
+        first = await comm.receive_json_from(timeout=10)
         assert first == {"type": "lease", "lease_id": str(lease.pk), "state": "active",
                          "event": {}}
-        msg = await comm.receive_json_from(timeout=3)
+        msg = await comm.receive_json_from(timeout=10)
         assert msg["type"] == "telemetry"
         assert len(msg["gpus"]) == 8
         sample = next(g for g in msg["gpus"] if g["uuid"] == alloc.gpu.uuid)
@@ -83,7 +83,7 @@ def test_own_lease_streams_telemetry_and_state_and_stops_when_access_ends(
             "type": "lease.event", "lease_id": str(lease.pk), "state": "active",
             "event": {"to_state": "active"}})
         for _ in range(20):
-            msg = await comm.receive_json_from(timeout=3)
+            msg = await comm.receive_json_from(timeout=10)
             if msg["type"] == "lease":
                 break
         assert msg["lease_id"] == str(lease.pk)
@@ -92,7 +92,7 @@ def test_own_lease_streams_telemetry_and_state_and_stops_when_access_ends(
         await database_sync_to_async(
             Membership.objects.filter(user=pool["alice"], tenant=pool["a"]).delete)()
         for _ in range(40):
-            out = await comm.receive_output(timeout=3)
+            out = await comm.receive_output(timeout=10)
             if out["type"] == "websocket.close":
                 break
         assert out == {"type": "websocket.close", "code": 4404}
@@ -108,12 +108,12 @@ def test_state_change_is_pushed_without_a_group_message(pool: dict[str, Any]) ->
         comm = communicator(pool["alice"], lease.pk)
         connected, _ = await comm.connect()
         assert connected
-        assert (await comm.receive_json_from(timeout=3))["state"] == "queued"
+        assert (await comm.receive_json_from(timeout=10))["state"] == "queued"
         from tests.portal.web.conftest import drive
 
         await database_sync_to_async(drive)()
         for _ in range(40):
-            msg = await comm.receive_json_from(timeout=3)
+            msg = await comm.receive_json_from(timeout=10)
             if msg["type"] == "lease":
                 break
         assert msg["state"] == "active"
@@ -159,8 +159,8 @@ def test_a_failed_poll_keeps_the_socket(pool: dict[str, Any],
     async def scenario() -> None:
         comm = communicator(pool["alice"], lease.pk)
         assert (await comm.connect())[0]
-        assert (await comm.receive_json_from(timeout=3))["type"] == "lease"
-        assert (await comm.receive_json_from(timeout=3))["type"] == "telemetry"
+        assert (await comm.receive_json_from(timeout=10))["type"] == "lease"
+        assert (await comm.receive_json_from(timeout=10))["type"] == "telemetry"
         await comm.disconnect()
 
     async_to_sync(scenario)()
