@@ -107,7 +107,10 @@ TEMPLATES = [
 # --- Database -----------------------------------------------------------------------
 DATA_DIR.mkdir(parents=True, exist_ok=True)
 DATABASE_URL = os.environ.get("DATABASE_URL", f"sqlite:///{DATA_DIR / 'gpupool.sqlite3'}")
-DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=60)}
+# Under ASGI every sync request may run on a fresh thread: persistent connections would
+# leak one per thread, so connections are closed after each request unless told otherwise.
+DATABASES = {"default": dj_database_url.parse(
+    DATABASE_URL, conn_max_age=int(os.environ.get("DB_CONN_MAX_AGE", "0")))}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"]["CONN_MAX_AGE"] = 0
     DATABASES["default"]["OPTIONS"] = {

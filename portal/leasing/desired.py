@@ -6,6 +6,7 @@ from collections import defaultdict
 from typing import Any
 
 from portal.fleet import services as fleet
+from portal.fleet.models import FabricDesiredState, NodeDesiredState
 from portal.inventory.models import HcaPort, Node
 from portal.leasing.models import Allocation, Lease, LeaseState
 from portal.tenants.models import Membership, SshPublicKey, Tenant
@@ -48,8 +49,16 @@ def _partition_entry(tenant: Tenant, port_guids: list[str]) -> dict[str, Any]:
             "port_guids": port_guids}
 
 
+def _lock_row(model: Any, **key: Any) -> None:
+    """Serialise concurrent pushes for one target: lock its row BEFORE reading what to
+    write, so a slower push can never overwrite a newer state with a stale one."""
+    model.objects.get_or_create(**key)
+    model.objects.select_for_update().get(**key)
+
+
 def push_node(node: Node) -> int:
     """Write the node's complete desired state; returns the generation to wait for."""
+    _lock_row(NodeDesiredState, node=node)
     grants, tenant_ids = _grants(node)
     ports = list(HcaPort.objects.filter(node=node).order_by("port_guid")
                  .values_list("port_guid", flat=True))
@@ -60,6 +69,7 @@ def push_node(node: Node) -> int:
 
 def push_fabric() -> int:
     """The partition map: each tenant with granting leases ↔ the HCA ports of their nodes."""
+    _lock_row(FabricDesiredState, name="default")
     members: dict[int, set[str]] = defaultdict(set)
     for tenant_id, guid in (Allocation.objects.filter(live=True, lease__state__in=GRANTING)
                             .values_list("lease__tenant_id", "node__hca_ports__port_guid")

@@ -28,7 +28,6 @@ log = logging.getLogger(__name__)
 
 SCHEDULE_LOCK = 0x67707570  # "gpup": transaction-scoped advisory lock id
 PASS_LIMIT = 500
-START_SLACK = timedelta(seconds=30)
 
 
 def _setting(name: str, default: float) -> float:
@@ -159,7 +158,7 @@ def _mark_placed(lease: Lease, placement: allocation.Placement, now: datetime) -
     data = {"nodes": list(placement.nodes), "model": placement.model,
             "score": dict(placement.score)}
     fields = ("start_at", "end_at", "gpu_model", "borrowed", "wait_reason", "earliest_start")
-    if lease.start_at > now + START_SLACK:
+    if lease.start_at > now:  # never grant access before the previous holder's end
         states.transition(lease, S.SCHEDULED, reason="reserved for a later start", data=data,
                           fields=fields)
     else:
@@ -353,7 +352,7 @@ def start_due_reservations() -> int:
     now = clock.now()
     with transaction.atomic():
         for lease in Lease.objects.select_for_update(skip_locked=True).filter(
-                state=S.SCHEDULED, start_at__lte=now + START_SLACK):
+                state=S.SCHEDULED, start_at__lte=now):
             _start_provisioning(lease, now)
             notify.lease_changed(lease)
             started += 1
