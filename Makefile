@@ -5,7 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PORT ?= 8000
 
-.PHONY: demo test lint typecheck check bench-scheduler bench-cluster clean
+.PHONY: demo test lint typecheck check bench-scheduler bench-replay bench-cluster bench-ingest \
+	bench-latency bench-export clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip --version >/dev/null 2>&1 || $(PYTHON) -m venv --clear $(VENV)
@@ -36,11 +37,29 @@ check: lint typecheck
 	GPUPOOL_ENV=production SECRET_KEY=$$($(PY) -c 'import secrets;print(secrets.token_urlsafe(64))') \
 	  ALLOWED_HOSTS=gpupool.example.com $(PY) manage.py check --deploy --fail-level WARNING
 
+## Benchmarks: each prints its figures (they are not timed unit tests).
+BENCH_DB ?= postgres://postgres@127.0.0.1:5432/gpupool_bench
+TRACES ?= ../shared/bench/traces
+
 bench-scheduler: $(STAMP)
 	$(PY) -m scheduler.bench
 
+bench-replay: $(STAMP)
+	$(PY) -m scheduler.replay snapshot --nodes $(TRACES)/openb_node_list_gpu_node.csv \
+	  --pods $(TRACES)/openb_pod_list_default.csv --tune 1.3 --seed 42 --out report.json
+
 bench-cluster: $(STAMP)
-	$(PY) -m tests.bench.generate_cluster
+	$(PY) -m tests.bench.generate_cluster --nodes 2000
+
+bench-ingest: $(STAMP)
+	DATABASE_URL=$(BENCH_DB) $(PY) -m tests.bench.ingest --nodes 1000 --seconds 120
+
+bench-latency: $(STAMP)
+	$(PY) -m tests.bench.lease_latency --nodes 64
+	$(PY) -m tests.bench.lease_latency --nodes 1000
+
+bench-export: $(STAMP)
+	DATABASE_URL=$(BENCH_DB)_billing $(PY) -m tests.bench.export_focus --rows 1000000
 
 clean:
 	rm -rf $(VENV) data staticfiles
