@@ -59,7 +59,7 @@ def _stop(proc: subprocess.Popen[Any]) -> None:
             proc.wait(timeout=10)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     tmp = tmp_path_factory.mktemp("stack")
     ARTIFACTS.mkdir(exist_ok=True)
@@ -89,8 +89,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         _stop(server)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Module scope: Playwright's sync API keeps an event loop running in this thread until
+    it exits, which would break every later test that runs asyncio in the main thread."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

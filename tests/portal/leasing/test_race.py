@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import json
 import multiprocessing
 import random
@@ -282,8 +283,11 @@ def run_idempotency(stack: Stack, *, keys: int, copies: int = 3, concurrency: in
                     timeout: float = 60.0) -> IdemReport:
     tenants = sorted(k for k in stack.keys if k.startswith("b")) or sorted(stack.keys)
     began = time.perf_counter()
-    answers, notes = asyncio.run(_idem_async(stack, tenants, keys, copies, concurrency,
-                                             timeout))
+    # Own thread, own event loop: an earlier test (Playwright's sync API, Channels) may
+    # have left a loop running in this thread, and asyncio.run() refuses to nest.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        answers, notes = pool.submit(asyncio.run, _idem_async(
+            stack, tenants, keys, copies, concurrency, timeout)).result()
     failures: list[str] = []
     seconds = time.perf_counter() - began
     codes: Counter[int] = Counter()
