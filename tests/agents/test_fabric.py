@@ -79,7 +79,8 @@ def test_opensm_apply_atomic_write_and_sighup(tmp_path: Path) -> None:
         assert conf.read_text() == render_partitions_conf(pmap())
         assert not list(conf.parent.glob(".*tmp"))  # temp file renamed away
         deadline = time.monotonic() + 5
-        while not flag.exists() and time.monotonic() < deadline:
+        # the handler creates the file, then writes: wait for the content, not the name
+        while (not flag.exists() or flag.read_text() != "hup") and time.monotonic() < deadline:
             time.sleep(0.02)
         assert flag.read_text() == "hup"
         applier = FabricApplier(mgr, verify_timeout_s=0)
