@@ -78,33 +78,30 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     def get_object(self) -> Lease:
         return selectors.lease_get(user=self.request.user, lease_id=self.kwargs["pk"])
 
-    @extend_schema(request=s.ReasonSerializer, responses=s.LeaseSerializer)
-    @action(detail=True, methods=["post"])
-    def cancel(self, request: Request, pk: str) -> Response:
-        body = s.ReasonSerializer(data=request.data)
+    def _act(self, request: Request, serializer: Any, service: Any) -> Response:
+        """Parse the body, call one lease service, render the lease."""
+        body = serializer(data=request.data)
         body.is_valid(raise_exception=True)
-        lease = services.lease_cancel(actor=request.user, lease=self.get_object(),
-                                      reason=body.validated_data["reason"])
+        lease = service(actor=request.user, lease=self.get_object(), **body.validated_data)
         return Response(s.LeaseSerializer(lease).data)
 
     @extend_schema(request=s.ReasonSerializer, responses=s.LeaseSerializer)
     @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        """Cancel before the lease is active."""
+        return self._act(request, s.ReasonSerializer, services.lease_cancel)
+
+    @extend_schema(request=s.ReasonSerializer, responses=s.LeaseSerializer)
+    @action(detail=True, methods=["post"])
     def release(self, request: Request, pk: str) -> Response:
-        body = s.ReasonSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        lease = services.lease_release(actor=request.user, lease=self.get_object(),
-                                       reason=body.validated_data["reason"])
-        return Response(s.LeaseSerializer(lease).data)
+        """Release an active lease early (billing stops now)."""
+        return self._act(request, s.ReasonSerializer, services.lease_release)
 
     @extend_schema(request=s.ExtendSerializer, responses=s.LeaseSerializer)
     @action(detail=True, methods=["post"])
     def extend(self, request: Request, pk: str) -> Response:
         """Move the end later. Refused (400) with the longest possible end when it can't."""
-        body = s.ExtendSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        lease = services.lease_extend(actor=request.user, lease=self.get_object(),
-                                      end_at=body.validated_data["end_at"])
-        return Response(s.LeaseSerializer(lease).data)
+        return self._act(request, s.ExtendSerializer, services.lease_extend)
 
     @extend_schema(responses=s.LeaseEventSerializer(many=True))
     @action(detail=True, methods=["get"])
