@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import concurrent.futures
 import json
-import multiprocessing
 import random
 import sys
 import threading
@@ -184,8 +183,12 @@ def run_race(stack: Stack, *, clients: int, orders: int, seed: int = 1,
                                           tenants[(i + 1) % len(tenants)]],
              per_client, seed * 1000 + i, cancel_p, timeout) for i in range(clients)]
     began = time.perf_counter()
-    with multiprocessing.get_context("fork").Pool(clients) as pool:
-        results = pool.map(_client, jobs)
+    # Threads, not forked processes: the clients only wait on sockets, and forking a test
+    # process that already runs threads (a live-server thread, logging handlers) can leave a
+    # child deadlocked on a lock copied mid-use, which hung CI (regression:
+    # test_race_clients_do_not_fork).
+    with concurrent.futures.ThreadPoolExecutor(clients, thread_name_prefix="race") as pool:
+        results = list(pool.map(_client, jobs))
     seconds = time.perf_counter() - began
     total = ClientResult()
     for r in results:
@@ -415,7 +418,7 @@ def test_preemption_makes_room_for_on_demand(stack: Stack) -> None:
     with stack.client() as c:
         ids = [c.post("/api/v1/orders", json=spot, headers=stack.auth("b0")).json()["id"]
                for _ in range(gpus // 8)]
-        assert set(stack.wait_settled(ids, timeout=60).values()) == {"active"}
+        assert set(stack.wait_settled(ids, timeout=60, ok=("active",)).values()) == {"active"}
         r = c.post("/api/v1/orders", json={"gpu_count": 8, "duration_hours": "1"},
                    headers=stack.auth("t0"))
         assert r.status_code == 201, r.text
@@ -429,6 +432,20 @@ def test_preemption_makes_room_for_on_demand(stack: Stack) -> None:
                    headers=stack.auth("t0" if lease_id == mine else "b0"))
     stack.wait_settled(timeout=30)
     assert check_invariants(stack) == []
+
+
+def test_race_clients_do_not_fork(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the clients ran in a forked process pool; forked from a test process
+    that already ran a live-server thread, one child deadlocked on exit and CI hung."""
+    import os
+
+    def no_fork() -> int:
+        raise AssertionError("the race harness must not fork")
+
+    monkeypatch.setattr(os, "fork", no_fork)
+    report = run_race(stack, clients=2, orders=4, cancel_p=0.0, settle_timeout=30)
+    assert sum(report.codes.values()) == report.orders_sent == 4
+    assert report.ok, report.summary()
 
 
 def test_race_no_overcommit_no_quota_overrun(stack: Stack) -> None:
