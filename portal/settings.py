@@ -132,7 +132,8 @@ if REDIS_URL:
     CELERY_BROKER_URL = REDIS_URL
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+    CHANNEL_LAYERS = {"default": {
+        "BACKEND": "portal.core.channel_layer.ThreadSafeInMemoryChannelLayer"}}
     CELERY_BROKER_URL = "memory://"
 
 # Celery: at-least-once delivery; every task is idempotent (see docs/adr/0001).
