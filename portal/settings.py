@@ -120,6 +120,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "timeout": 20,
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
     }
+elif env_bool("DB_POOL", PRODUCTION):
+    # PostgreSQL with a connection pool per process (psycopg_pool, Django ≥ 5.1): requests
+    # and Celery tasks borrow an open connection instead of paying a backend start-up each
+    # time; the pool needs CONN_MAX_AGE = 0. On by default in production; DB_POOL=0 turns it
+    # off (behind PgBouncer in transaction mode, say).
+    DATABASES["default"]["CONN_MAX_AGE"] = 0
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": int(os.environ.get("DB_POOL_MIN", "1")),
+        "max_size": int(os.environ.get("DB_POOL_MAX", "10")),
+        "timeout": float(os.environ.get("DB_POOL_TIMEOUT", "10")),
+    }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # --- Redis: broker, channel layer, cache (never the source of truth) ------------------

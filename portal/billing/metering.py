@@ -23,7 +23,7 @@ from django.db.models.functions import Least
 from portal.billing import telemetry
 from portal.billing.models import CreditLine, Invoice, UsageRecord
 from portal.billing.pricing import PriceBook, hours, line_cost
-from portal.leasing.models import Lease, LeaseState
+from portal.leasing.models import LOCK, Lease, LeaseState
 from portal.tenants.models import Tenant
 
 TERMINAL = {LeaseState.ENDED, LeaseState.EXPIRED, LeaseState.PREEMPTED, LeaseState.FAILED,
@@ -107,7 +107,7 @@ def _same(record: UsageRecord, values: dict) -> bool:
 def meter_lease(*, lease_id: object, until: datetime, report: MeterReport,
                 book: PriceBook | None = None) -> None:
     """Bring one lease's usage records up to ``until`` (idempotent; locks the lease row)."""
-    lease = Lease.objects.select_for_update().select_related("tenant").get(pk=lease_id)
+    lease = Lease.objects.select_for_update(**LOCK).select_related("tenant").get(pk=lease_id)
     if lease.active_at is None:
         return
     book = book or PriceBook(lease.tenant)

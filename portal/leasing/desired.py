@@ -42,6 +42,11 @@ def _grants(node: Node) -> tuple[list[dict[str, Any]], set[int]]:
     return list(per_lease.values()), tenants
 
 
+def ensure_partition(tenant: Tenant) -> None:
+    """Allocate the tenant's partition key now if it has none (see ``_try_place``)."""
+    fleet.partition_for_tenant(tenant=tenant)
+
+
 def _partition_entry(tenant: Tenant, port_guids: list[str]) -> dict[str, Any]:
     partition = fleet.partition_for_tenant(tenant=tenant)
     return {"name": f"tenant_{tenant.slug.replace('-', '_')}"[:64],

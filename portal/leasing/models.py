@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -68,6 +69,15 @@ class LeaseState(models.TextChoices):
     FAILED = "failed", "Failed"
     PREEMPTED = "preempted", "Preempted"
     EXPIRED = "expired", "Expired"
+
+
+# How a lease row is locked (``select_for_update(**LOCK)``): the lease row only, never the
+# rows joined by ``select_related`` (the tenant would be locked FOR UPDATE as well, which
+# serialised a tenant's every step and deadlocked against inserts referencing the tenant:
+# regression test_lease_lock_leaves_the_tenant_row_alone), and FOR NO KEY UPDATE, which
+# still excludes every other locker but lets rows that reference the lease be inserted.
+LOCK: dict[str, Any] = {"no_key": True, "of": ("self",)}
+LOCK_SKIP: dict[str, Any] = {**LOCK, "skip_locked": True}
 
 
 class Lease(models.Model):

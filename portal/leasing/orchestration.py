@@ -20,7 +20,14 @@ from portal.core.crash import crashpoint
 from portal.fleet import selectors as fleet_selectors
 from portal.inventory.models import Gpu
 from portal.leasing import allocation, desired, notify, states
-from portal.leasing.models import MILLI_PER_SLOT, SLOTS_PER_GPU, Allocation, Lease
+from portal.leasing.models import (
+    LOCK,
+    LOCK_SKIP,
+    MILLI_PER_SLOT,
+    SLOTS_PER_GPU,
+    Allocation,
+    Lease,
+)
 from portal.leasing.models import LeaseState as S
 from portal.leasing.quotas import gpus_held, quota_for
 
@@ -68,7 +75,7 @@ def run_schedule_pass() -> dict[str, int]:
     with transaction.atomic():
         single_flight()
         now = clock.now()
-        queue = list(Lease.objects.select_for_update(skip_locked=True)
+        queue = list(Lease.objects.select_for_update(**LOCK_SKIP)
                      .filter(state=S.QUEUED).select_related("tenant")
                      .order_by("-queue_boost", "created")[:PASS_LIMIT])
         if not queue:
@@ -103,6 +110,11 @@ def _try_place(lease: Lease, placement: allocation.Placement, now: datetime) -> 
                 return 0
             _preempt(placement.victims, by=lease)  # first: frees the victims' slots
             _write_allocations(lease, placement)
+            # The tenant's P_Key is allocated here, in the single-flight pass, and commits
+            # with the placement: provisioning then only reads it. Allocated while pushing
+            # nodes, two provisioning steps deadlocked (regression:
+            # test_provisioning_does_not_allocate_partitions).
+            desired.ensure_partition(lease.tenant)
             _mark_placed(lease, placement, now)
             return 1
     except (IntegrityError, SlotConflict) as exc:
@@ -167,7 +179,7 @@ def _mark_placed(lease: Lease, placement: allocation.Placement, now: datetime) -
 
 
 def _preempt(victims: tuple[str, ...], *, by: Lease) -> None:
-    for victim in Lease.objects.select_for_update().filter(pk__in=list(victims)):
+    for victim in Lease.objects.select_for_update(**LOCK).filter(pk__in=list(victims)):
         if victim.state == S.SCHEDULED:
             Allocation.objects.filter(lease=victim, live=True).update(live=False)
             states.transition(victim, S.PREEMPTED, reason=f"preempted by {by.short_id}")
@@ -217,7 +229,7 @@ def _converged(targets: dict[str, int]) -> bool:
 
 
 def _lock(lease_id: object) -> Lease | None:
-    return (Lease.objects.select_for_update().select_related("tenant")
+    return (Lease.objects.select_for_update(**LOCK).select_related("tenant")
             .filter(pk=lease_id).first())
 
 
@@ -351,7 +363,7 @@ def start_due_reservations() -> int:
     started = 0
     now = clock.now()
     with transaction.atomic():
-        for lease in Lease.objects.select_for_update(skip_locked=True).filter(
+        for lease in Lease.objects.select_for_update(**LOCK_SKIP).filter(
                 state=S.SCHEDULED, start_at__lte=now):
             _start_provisioning(lease, now)
             notify.lease_changed(lease)
@@ -362,7 +374,7 @@ def start_due_reservations() -> int:
 def expire_due() -> int:
     now = clock.now()
     with transaction.atomic():
-        due = list(Lease.objects.select_for_update(skip_locked=True).select_related("tenant")
+        due = list(Lease.objects.select_for_update(**LOCK_SKIP).select_related("tenant")
                    .filter(state=S.ACTIVE, end_at__lte=now))
         for lease in due:
             begin_release(lease, kind=S.EXPIRED, reason="reached its end time")
@@ -374,7 +386,7 @@ def expire_due() -> int:
 def warn_expiring(minutes: int = 60) -> int:
     now = clock.now()
     with transaction.atomic():
-        due = list(Lease.objects.select_for_update(skip_locked=True).select_related("tenant")
+        due = list(Lease.objects.select_for_update(**LOCK_SKIP).select_related("tenant")
                    .filter(state=S.ACTIVE, warned_at__isnull=True,
                            end_at__lte=now + timedelta(minutes=minutes), end_at__gt=now))
         for lease in due:

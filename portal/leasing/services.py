@@ -19,7 +19,7 @@ from portal.core.services import audit_record
 from portal.inventory.catalog import CATALOG
 from portal.inventory.models import Gpu
 from portal.leasing import states
-from portal.leasing.models import MILLI_PER_SLOT, Lease, Locality, Priority
+from portal.leasing.models import LOCK, MILLI_PER_SLOT, Lease, Locality, Priority
 from portal.leasing.models import LeaseState as S
 from portal.leasing.quotas import (
     gpu_hours_committed,
@@ -219,7 +219,7 @@ def _jsonable(spec: OrderSpec) -> dict[str, Any]:
 
 
 def _locked(lease: Lease) -> Lease:
-    return Lease.objects.select_for_update().select_related("tenant").get(pk=lease.pk)
+    return Lease.objects.select_for_update(**LOCK).select_related("tenant").get(pk=lease.pk)
 
 
 @transaction.atomic

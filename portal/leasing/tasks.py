@@ -6,7 +6,7 @@ import logging
 from typing import Any
 
 from django.core.cache import cache
-from django.db import transaction
+from django.db import OperationalError, transaction
 
 from portal.core.tasks import durable_task
 from portal.leasing import orchestration
@@ -42,8 +42,11 @@ def request_schedule_pass_on_commit() -> None:
     transaction.on_commit(fire)
 
 
-@durable_task(time_limit=60)
+@durable_task(time_limit=60, autoretry_for=(OperationalError,), retry_backoff=0.5,
+              retry_backoff_max=10, retry_jitter=True, max_retries=8)
 def lease_step(step: str, lease_id: str) -> None:
+    """One idempotent step; a transient database error (a deadlock victim, a dropped
+    connection) rolled the step back whole, so it is simply run again."""
     STEPS[step](lease_id)
     if step in FOLLOW_UP:
         lease_step.delay(FOLLOW_UP[step], lease_id)

@@ -34,7 +34,12 @@ def _executor() -> ThreadPoolExecutor:
 def _checked(fn: Callable[..., T]) -> Callable[..., T]:
     def run(*args: Any, **kwargs: Any) -> T:
         close_old_connections()
-        return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            # As at the end of a request: with CONN_MAX_AGE = 0 this hands a pooled
+            # connection back to the pool (or closes an unpooled one) between reports.
+            close_old_connections()
     return run
 
 

@@ -162,7 +162,17 @@ class Stack:
         out = []
         for path in sorted(self.tmp.glob("*.log")):
             out.append(f"--- {path.name}\n{self.log_tail(path.stem, lines)}")
-        return "\n".join(out)
+        return "\n".join(out) + self.errors()
+
+    def errors(self, per_log: int = 2, lines: int = 60) -> str:
+        """The first tracebacks of each log (a 500's cause scrolls out of the tails)."""
+        out = []
+        for path in sorted(self.tmp.glob("*.log")):
+            text = path.read_text(errors="replace").splitlines()
+            starts = [i for i, line in enumerate(text) if line.startswith("Traceback")]
+            for i in starts[:per_log]:
+                out.append(f"--- {path.name} line {i + 1}\n" + "\n".join(text[i:i + lines]))
+        return ("\n=== tracebacks\n" + "\n".join(out)) if out else ""
 
     # --- PostgreSQL -------------------------------------------------------------------------
     def _admin(self) -> Any:

@@ -223,3 +223,26 @@ def test_transition_table_is_the_only_way() -> None:
     with pytest.raises(IllegalTransition):
         transition(lease, S.ACTIVE)
     assert all(S.ACTIVE not in nxt for s, nxt in ALLOWED.items() if s != S.PROVISIONING)
+
+
+def test_provisioning_does_not_allocate_partitions(pool: dict[str, Any],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: the tenant's P_Key was allocated while provisioning pushed node after
+    node, so two provisioning steps (each holding one node's desired-state row and inserting
+    the same fresh key) deadlocked in PostgreSQL. The single-flight scheduling pass now
+    allocates it, committed with the placement; provisioning only reads it."""
+    from portal.fleet.models import TenantPartition
+    from portal.fleet.services import partitions
+    from portal.leasing.orchestration import provision, run_schedule_pass
+
+    lease = order(pool)
+    run_schedule_pass()
+    assert TenantPartition.objects.filter(tenant=pool["a"]).count() == 1
+
+    def no_allocation(tenant: Any) -> Any:
+        raise AssertionError("provisioning allocated a partition key")
+
+    monkeypatch.setattr(partitions, "_allocate", no_allocation)
+    provision(lease.pk)
+    lease.refresh_from_db()
+    assert lease.provision_targets

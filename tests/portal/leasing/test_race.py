@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import concurrent.futures
 import json
+import multiprocessing
 import random
 import sys
 import threading
@@ -183,12 +184,11 @@ def run_race(stack: Stack, *, clients: int, orders: int, seed: int = 1,
                                           tenants[(i + 1) % len(tenants)]],
              per_client, seed * 1000 + i, cancel_p, timeout) for i in range(clients)]
     began = time.perf_counter()
-    # Threads, not forked processes: the clients only wait on sockets, and forking a test
-    # process that already runs threads (a live-server thread, logging handlers) can leave a
-    # child deadlocked on a lock copied mid-use, which hung CI (regression:
-    # test_race_clients_do_not_fork).
-    with concurrent.futures.ThreadPoolExecutor(clients, thread_name_prefix="race") as pool:
-        results = list(pool.map(_client, jobs))
+    # Client processes started fresh ("spawn"), not forked: forking a test process that
+    # already runs threads (a live-server thread, logging handlers) can leave a child
+    # deadlocked on a lock copied mid-use, which hung CI (test_race_clients_do_not_fork).
+    with multiprocessing.get_context("spawn").Pool(clients) as pool:
+        results = pool.map(_client, jobs)
     seconds = time.perf_counter() - began
     total = ClientResult()
     for r in results:
