@@ -130,7 +130,9 @@ def main(argv: list[str] | None = None) -> int:
     db = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpupool_bench")
     env = {**os.environ, "DATABASE_URL": db, "DEBUG": "0",
            "REDIS_URL": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
-           "DJANGO_SETTINGS_MODULE": "portal.settings"}
+           "DJANGO_SETTINGS_MODULE": "portal.settings",
+           # As in production: a connection pool per server process (DB_POOL=0 to compare).
+           "DB_POOL": os.environ.get("DB_POOL", "1")}
     ensure_database(db)
     manage(env, "migrate", "--noinput")
     tokens = manage(env, "agent_token", "create", "--count", str(args.nodes),

@@ -4,9 +4,10 @@ Under ASGI, Django runs each request's sync code in a fresh thread, and a persis
 connection (``CONN_MAX_AGE`` > 0) opened there is never reused: at 100 reports/s this
 exhausts PostgreSQL's connections. The agent API therefore runs its work in a small,
 bounded pool of long-lived threads (``GPUPOOL_AGENT_DB_THREADS``, default 4 per server
-process), each keeping one connection and checking it (``close_old_connections``) before
-every use, as Django does at the start of a request. Under WSGI (tests, ``live_server``)
-the work runs in the request's own thread.
+process). Each checks its connection (``close_old_connections``) before and after every
+use, as Django does around a request: with the psycopg pool (``DB_POOL``, ADR 0006) that
+borrows a pooled connection and hands it back; with ``CONN_MAX_AGE`` > 0 the thread keeps
+its own. Under WSGI (tests, ``live_server``) the work runs in the request's own thread.
 """
 
 from __future__ import annotations

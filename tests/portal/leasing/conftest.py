@@ -1,25 +1,21 @@
 from __future__ import annotations
 
-from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import pytest
 
-from portal.core import clock
 from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.leasing.models import Quota
-from portal.leasing.tasks import reconcile_once
 from portal.tenants.models import Role
+from tests.portal import driving
+from tests.portal.driving import drive
 from tests.portal.factories import add_member, make_tenant
 
-
-@pytest.fixture
-def frozen_clock() -> Iterator[datetime]:
-    at = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
-    clock.freeze(at)
-    yield at
-    clock.reset()
+# Shared fixtures (tests/portal/driving.py), made visible to this directory's tests.
+frozen_clock = driving.frozen_clock
+run_on_commit = driving.run_on_commit
+__all__ = ["drive", "frozen_clock", "run_on_commit"]
 
 
 @pytest.fixture
@@ -33,33 +29,6 @@ def pool(db: Any, frozen_clock: datetime) -> dict[str, Any]:
     Quota.objects.create(tenant=b, gpu_model="H100", max_gpus=8, guaranteed_gpus=0)
     return {"a": a, "b": b, "alice": add_member(a, "alice", Role.MEMBER),
             "bob": add_member(b, "bob", Role.MEMBER), "viewer": add_member(a, "vic", Role.VIEWER)}
-
-
-_capture: Any = None
-
-
-@pytest.fixture(autouse=True)
-def _run_on_commit(django_capture_on_commit_callbacks: Any) -> Iterator[None]:
-    """Execute on-commit hooks (mail, broadcasts) inside the test transaction."""
-    global _capture
-    _capture = django_capture_on_commit_callbacks
-    yield
-    _capture = None
-
-
-def drive(rounds: int = 4) -> None:
-    """Run the reconciler until the world settles (what beat + workers do in production)."""
-    from portal.fleet.services import simulate_apply
-    from portal.inventory.models import Node
-    from portal.leasing.tasks import check_leases_on
-
-    for _ in range(rounds):
-        with _capture(execute=True):
-            reconcile_once()
-            nodes = list(Node.objects.all())
-            for node in nodes:
-                simulate_apply(node=node)
-            check_leases_on([n.pk for n in nodes])
 
 
 @pytest.fixture

@@ -5,8 +5,7 @@ from __future__ import annotations
 import base64
 import os
 import struct
-from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -18,45 +17,19 @@ from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.leasing import services
 from portal.leasing.models import Lease, Quota
 from portal.tenants.models import Role
+from tests.portal import driving
+from tests.portal.driving import drive
 from tests.portal.factories import add_member, make_tenant
 
-_capture: Any = None
-
-
-@pytest.fixture
-def frozen_clock() -> Iterator[datetime]:
-    at = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
-    clock.freeze(at)
-    yield at
-    clock.reset()
-
-
-@pytest.fixture(autouse=True)
-def _on_commit(django_capture_on_commit_callbacks: Any) -> Iterator[None]:
-    global _capture
-    _capture = django_capture_on_commit_callbacks
-    yield
-    _capture = None
+# Shared fixtures (tests/portal/driving.py), made visible to this directory's tests.
+frozen_clock = driving.frozen_clock
+run_on_commit = driving.run_on_commit
+__all__ = ["drive", "frozen_clock", "run_on_commit"]
 
 
 @pytest.fixture(autouse=True)
 def _no_axes_between_tests(settings: Any) -> None:
     settings.AXES_ENABLED = False
-
-
-def drive(rounds: int = 4) -> None:
-    """Run the reconciler and simulated agents until leases settle."""
-    from portal.fleet.services import simulate_apply
-    from portal.inventory.models import Node
-    from portal.leasing.tasks import check_leases_on, reconcile_once
-
-    for _ in range(rounds):
-        with _capture(execute=True):
-            reconcile_once()
-            nodes = list(Node.objects.all())
-            for node in nodes:
-                simulate_apply(node=node)
-            check_leases_on([n.pk for n in nodes])
 
 
 @pytest.fixture
