@@ -130,6 +130,8 @@ class Stack:
             "DATABASE_URL": self.db_url,
             "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
             "GPUPOOL_SIMULATED_AGENTS": "1",
+            # As in production: each process borrows connections from a psycopg pool.
+            "DB_POOL": os.environ.get("GPUPOOL_STACK_DB_POOL", "1"),
             "GPUPOOL_RECONCILE_EVERY_S": str(self.config.reconcile_every_s),
             "GPUPOOL_PROVISION_TIMEOUT_S": str(self.config.provision_timeout_s),
             "GPUPOOL_DATA_DIR": str(self.tmp / "data"),
