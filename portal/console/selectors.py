@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
+from portal.billing import selectors as billing
+from portal.billing.models import CreditLine, Price, TenantContract
+from portal.core import clock
 from portal.core.models import AuditLog
-from portal.inventory.models import Node, Switch, SwitchLink
-from portal.leasing.models import Allocation, Lease, LeaseState
+from portal.inventory.models import Gpu, Node, Switch, SwitchLink
+from portal.leasing.models import SLOTS_PER_GPU, Allocation, Lease, LeaseState, Quota
+from portal.leasing.quotas import gpu_hours_committed, month_bounds
+from portal.tenants.models import Tenant
 
 LIVE = [LeaseState.SCHEDULED, LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.RELEASING]
 WAITING = [LeaseState.REQUESTED, LeaseState.QUEUED]
@@ -92,3 +99,64 @@ def audit_entries(*, action: str = "", actor: str = "", tenant: str = "",
     if object_type:
         qs = qs.filter(object_type=object_type)
     return qs
+
+
+def gpu_models() -> list[str]:
+    """GPU models present in the inventory, sorted."""
+    return sorted(m for m in Gpu.objects.values_list("model", flat=True).distinct().order_by()
+                  if m)
+
+
+def price_models(inventory: list[str] | None = None) -> list[str]:
+    """GPU models a contract may name: the inventory's and the price book's."""
+    book = Price.objects.exclude(gpu_model="").values_list("gpu_model", flat=True).distinct()
+    return sorted(set(gpu_models() if inventory is None else inventory)
+                  | set(book.order_by()))
+
+
+def gpus_in_use(tenant: Tenant, at: datetime | None = None) -> dict[str, Decimal]:
+    """Whole-GPU equivalents the tenant holds right now, per GPU model (one query)."""
+    at = at or clock.now()
+    rows = (Allocation.objects.filter(live=True, lease__tenant=tenant, start_at__lte=at,
+                                      end_at__gt=at)
+            .values("gpu__model").annotate(slots=Count("id")).order_by())
+    return {r["gpu__model"]: Decimal(r["slots"]) / SLOTS_PER_GPU for r in rows}
+
+
+def quota_in_use(gpu_model: str, held: dict[str, Decimal], own_rows: set[str]) -> Decimal:
+    """GPUs in use that count against the quota row of ``gpu_model``.
+
+    A model's row counts that model; the tenant-wide row ('') limits every model without
+    its own row, each on its own (see ``portal.leasing.quotas.quota_for``), so the largest
+    of those is what the row must accommodate.
+    """
+    if gpu_model:
+        return held.get(gpu_model, Decimal(0))
+    return max((v for m, v in held.items() if m not in own_rows), default=Decimal(0))
+
+
+def gpu_hours_this_month(tenant: Tenant) -> Decimal:
+    """GPU-hours of the month counted against the budget (used so far plus planned)."""
+    start, end = month_bounds(clock.now())
+    return gpu_hours_committed(tenant, start, end).quantize(Decimal("0.01"))
+
+
+def tenant_detail(tenant: Tenant) -> dict[str, Any]:
+    """Everything the console's tenant page shows, in a bounded number of queries."""
+    quotas = list(Quota.objects.filter(tenant=tenant).order_by("gpu_model"))
+    held = gpus_in_use(tenant)
+    own = {q.gpu_model for q in quotas if q.gpu_model}
+    month = billing.current_month()
+    return {
+        "quotas": [{"quota": q, "in_use": quota_in_use(q.gpu_model, held, own)}
+                   for q in quotas],
+        "held": sorted(held.items()),
+        "month": month,
+        "budget": billing.budget_usage(tenant=tenant, month=month),
+        "committed_hours": gpu_hours_this_month(tenant),
+        "contracts": list(TenantContract.objects.filter(tenant=tenant)
+                          .order_by("-effective_from", "-id")[:50]),
+        "credits": list(CreditLine.objects.filter(tenant=tenant)
+                        .select_related("created_by").order_by("-id")[:20]),
+        "invoices": list(billing.invoices(tenant=tenant)[:12]),
+    }

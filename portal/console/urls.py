@@ -11,6 +11,7 @@ urlpatterns = [
     path("queue/", views.queue, name="queue"),
     path("partitions/", views.partitions, name="partitions"),
     path("tenants/", views.tenants, name="tenants"),
+    path("tenants/<slug:slug>/", views.tenant, name="tenant"),
     path("audit/", views.audit, name="audit"),
     path("billing/", views.billing_page, name="billing"),
 ]

@@ -10,6 +10,7 @@ from django.contrib import messages
 from django.contrib.auth.views import redirect_to_login
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.paginator import Paginator
+from django.forms import Form
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.translation import gettext as _
@@ -18,7 +19,9 @@ from django.views.decorators.http import require_POST
 from portal.billing import selectors as billing
 from portal.billing.api.views import stream
 from portal.console import selectors, services
-from portal.core.errors import ApplicationError
+from portal.console.forms import ContractForm, CreditForm, QuotaForm
+from portal.console.quotas import CONFIRM, quota_set
+from portal.core.errors import ApplicationError, NotFound, PermissionDenied
 from portal.inventory.models import Gpu, Node
 from portal.inventory.services import node_set_state
 from portal.leasing.models import Lease, Quota
@@ -117,6 +120,88 @@ def tenants(request: HttpRequest) -> HttpResponse:
              "budget": billing.budget_usage(tenant=t, month=month),
              "contracts": t.contracts.all()} for t in Tenant.objects.order_by("name")[:200]]
     return render(request, "console/tenants.html", {"rows": rows, "month": month})
+
+
+def _apply_errors(form: Form, exc: ApplicationError) -> None:
+    """A service's field messages next to the form's fields (unknown ones on top)."""
+    if isinstance(exc, PermissionDenied | NotFound):
+        raise exc
+    if not exc.fields:
+        form.add_error(None, exc.message)
+    for name, errors in exc.fields.items():
+        for error in errors:
+            form.add_error(name if name in form.fields else None, error)
+
+
+TENANT_FORMS = ("quota", "contract", "credit")
+
+
+@staff_only
+def tenant(request: HttpRequest, slug: str) -> HttpResponse:
+    """One tenant: quotas, budget, contracts, credits and invoices, with forms to change
+    quotas and add contract prices and credits (each through an audited service)."""
+    obj = get_object_or_404(Tenant, slug=slug)
+    inventory = selectors.gpu_models()
+    quota_models = sorted(set(inventory) | set(Quota.objects.filter(tenant=obj).exclude(
+        gpu_model="").values_list("gpu_model", flat=True)))
+    contract_models = selectors.price_models(inventory)
+    which = request.POST.get("form") if request.method == "POST" else None
+    data = request.POST if which in TENANT_FORMS else None
+    quota_form = QuotaForm(data if which == "quota" else None, prefix="quota",
+                           models=quota_models, initial=_quota_initial(request, obj))
+    contract_form = ContractForm(data if which == "contract" else None, prefix="contract",
+                                 models=contract_models)
+    credit_form = CreditForm(data if which == "credit" else None, prefix="credit")
+    confirm_quota = False
+    if request.method == "POST":
+        done = None
+        if which == "quota" and quota_form.is_valid():
+            try:
+                change = quota_set(actor=request.user, tenant=obj, **quota_form.values())
+                done = _("Quota saved.") if change.changes or change.created else \
+                    _("Nothing changed.")
+                for warning in change.warnings:
+                    messages.warning(request, warning)
+            except ApplicationError as exc:
+                confirm_quota = exc.code == CONFIRM
+                _apply_errors(quota_form, exc)
+        elif which == "contract" and contract_form.is_valid():
+            try:
+                services.contract_add(actor=request.user, tenant=obj, **contract_form.values())
+                done = _("Contract price added.")
+            except ApplicationError as exc:
+                _apply_errors(contract_form, exc)
+        elif which == "credit" and credit_form.is_valid():
+            try:
+                services.credit_add(actor=request.user, tenant=obj, **credit_form.values())
+                done = _("Credit line added.")
+            except ApplicationError as exc:
+                _apply_errors(credit_form, exc)
+        elif which not in TENANT_FORMS:
+            messages.error(request, _("Unknown form."))
+            return redirect("console:tenant", slug=slug)
+        if done is not None:
+            messages.success(request, done)
+            return redirect("console:tenant", slug=slug)
+    return render(request, "console/tenant.html", {
+        "tenant": obj, **selectors.tenant_detail(obj), "quota_form": quota_form,
+        "contract_form": contract_form, "credit_form": credit_form,
+        "confirm_quota": confirm_quota})
+
+
+def _quota_initial(request: HttpRequest, tenant: Tenant) -> dict[str, Any]:
+    """``?edit=<model>`` (empty: the tenant-wide row) fills the form from that row."""
+    if "edit" not in request.GET:
+        return {}
+    model = request.GET["edit"]
+    row = Quota.objects.filter(tenant=tenant, gpu_model=model).first()
+    if row is None:
+        return {"gpu_model": model}
+    return {"gpu_model": row.gpu_model, "max_gpus": row.max_gpus,
+            "guaranteed_gpus": row.guaranteed_gpus, "gpu_hour_budget": row.gpu_hour_budget,
+            "max_lease_hours": row.max_lease_hours,
+            "max_pending_orders": row.max_pending_orders, "allow_spot": row.allow_spot,
+            "allow_borrowing": row.allow_borrowing}
 
 
 @staff_only
