@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from portal.core.errors import ApplicationError
 from portal.core.services import audit_record
@@ -229,7 +230,8 @@ NODE_STATES_SCHEDULABLE = (Node.State.READY,)
 @transaction.atomic
 def node_set_state(*, actor: AnyUser | None, node: Node, state: str, reason: str = "") -> Node:
     if state not in Node.State.values:
-        raise ApplicationError("Unknown state.", fields={"state": [f"One of {Node.State.values}"]})
+        raise ApplicationError(_("Unknown state."), fields={
+            "state": [_("One of %(choices)s") % {"choices": Node.State.values}]})
     node = Node.objects.select_for_update().get(pk=node.pk)
     old = node.state
     if old != state:

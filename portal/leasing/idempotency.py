@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import IntegrityError, OperationalError, connection, transaction
+from django.utils.translation import gettext as _
 
 from portal.core.errors import ApplicationError, Conflict
 from portal.leasing.models import IdempotencyKey
@@ -35,16 +36,16 @@ def request_hash(body: Any) -> str:
 
 def _replay(row: IdempotencyKey, digest: str) -> tuple[int, dict[str, Any]]:
     if row.request_hash != digest:
-        raise KeyReused("This Idempotency-Key was used with a different request body.",
-                        fields={"Idempotency-Key": ["Already used with another body."]})
+        raise KeyReused(_("This Idempotency-Key was used with a different request body."),
+                        fields={"Idempotency-Key": [_("Already used with another body.")]})
     return row.response_status, row.response_body
 
 
 def run(*, tenant: Tenant, key: str, body: Any,
         create: Callable[[], tuple[int, dict[str, Any]]]) -> tuple[int, dict[str, Any]]:
     if not key or len(key) > MAX_KEY:
-        raise ApplicationError("Invalid Idempotency-Key.",
-                               fields={"Idempotency-Key": [f"1 to {MAX_KEY} characters."]})
+        raise ApplicationError(_("Invalid Idempotency-Key."), fields={
+            "Idempotency-Key": [_("1 to %(max)s characters.") % {"max": MAX_KEY}]})
     digest = request_hash(body)
     existing = IdempotencyKey.objects.filter(tenant=tenant, key=key).first()
     if existing is not None:
@@ -67,6 +68,6 @@ def run(*, tenant: Tenant, key: str, body: Any,
         return _replay(existing, digest)
     except OperationalError as exc:
         if "lock timeout" in str(exc) or "canceling statement" in str(exc):
-            raise Conflict("A request with this Idempotency-Key is still in progress.",
-                           fields={"Idempotency-Key": ["In progress; retry later."]}) from exc
+            raise Conflict(_("A request with this Idempotency-Key is still in progress."),
+                           fields={"Idempotency-Key": [_("In progress; retry later.")]}) from exc
         raise

@@ -14,6 +14,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
+from django.utils.translation import gettext as _
 
 from portal.core import clock
 from portal.core.crash import crashpoint
@@ -351,7 +352,7 @@ def extend(lease: Lease, end_at: datetime) -> None:
     except IntegrityError:
         from portal.leasing.services import ExtensionRefused
 
-        raise ExtensionRefused("The GPUs are booked by another lease.", None) from None
+        raise ExtensionRefused(_("The GPUs are booked by another lease."), None) from None
     lease.end_at, lease.warned_at = end_at, None
     lease.save(update_fields=["end_at", "warned_at", "updated"])
     notify.lease_changed(lease)

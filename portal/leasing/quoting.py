@@ -8,13 +8,21 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from portal.billing.pricing import estimate
 from portal.core import clock
 from portal.core.errors import ApplicationError
 from portal.leasing import allocation
 from portal.leasing.models import Lease
-from portal.leasing.services import OrderSpec, Window, _check_shape, _models_available, _window
+from portal.leasing.services import (
+    BudgetExceeded,
+    OrderSpec,
+    Window,
+    _check_shape,
+    _models_available,
+    _window,
+)
 from portal.leasing.services import check_limits as _limits
 from portal.tenants.access import AnyUser, require_role
 from portal.tenants.models import Role, Tenant
@@ -49,7 +57,7 @@ def _fits(tenant: Tenant, spec: OrderSpec, window: Window, models: list[str]) ->
     try:
         _limits(tenant, spec, window, models, count_pending=False)
     except ApplicationError as exc:
-        budget = "budget" in exc.message
+        budget = isinstance(exc, BudgetExceeded)
         return budget, not budget, [exc.message]
     return True, True, []
 
@@ -64,13 +72,15 @@ def _alternatives(tenant: Tenant, spec: OrderSpec, window: Window, now: datetime
         if model in chosen or row["gpus_schedulable"] < spec.gpu_count * spec.nodes:
             continue
         if _probe(tenant, spec, window, [model], now).placeable_now:
-            out.append({"kind": "model", "label": f"{spec.gpu_count * spec.nodes} × {model} now",
+            out.append({"kind": "model", "label": _("%(count)s × %(model)s now")
+                        % {"count": spec.gpu_count * spec.nodes, "model": model},
                         "spec": {"models": [model]}})
             break
     if spec.gpu_count > 1:
         smaller = replace(spec, gpu_count=max(spec.gpu_count // 2, 1))
         if _probe(tenant, smaller, window, chosen, now).placeable_now:
-            out.append({"kind": "smaller", "label": f"{smaller.gpu_count * spec.nodes} GPUs now",
+            out.append({"kind": "smaller", "label": _("%(count)s GPUs now")
+                        % {"count": smaller.gpu_count * spec.nodes},
                         "spec": {"gpu_count": smaller.gpu_count}})
     return out
 
@@ -93,7 +103,8 @@ def order_quote(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec) -> QuoteResu
                                                                       now, models)
         if not result.placeable_now and earliest and earliest > window.start:
             later = earliest.replace(microsecond=0) + timedelta(minutes=1)
-            alternatives.append({"kind": "later", "label": f"start at {later:%Y-%m-%d %H:%M} UTC",
+            alternatives.append({"kind": "later", "label": _("start at %(time)s UTC")
+                                 % {"time": f"{later:%Y-%m-%d %H:%M}"},
                                  "spec": {"start_at": later.isoformat()}})
     return QuoteResult(price=price, currency=currency, placeable_now=result.placeable_now,
                        earliest_start=earliest, reason=result.reason.value if result.reason

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db.models import Q, QuerySet
+from django.utils.translation import gettext as _
 
 from portal.core import clock
 from portal.core.errors import NotFound
@@ -45,11 +46,11 @@ def lease_get(*, user: AnyUser, lease_id: Any) -> Lease:
     try:
         lease = Lease.objects.select_related("tenant", "created_by").get(pk=lease_id)
     except (Lease.DoesNotExist, ValueError, TypeError, ValidationError):
-        raise NotFound("No such lease.") from None
+        raise NotFound(_("No such lease.")) from None
     try:
         require_role(user, lease.tenant, Role.VIEWER)
     except Exception:
-        raise NotFound("No such lease.") from None
+        raise NotFound(_("No such lease.")) from None
     return lease
 
 

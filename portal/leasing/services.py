@@ -12,6 +12,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from portal.core import clock
 from portal.core.errors import ApplicationError, PermissionDenied
@@ -66,6 +67,10 @@ class OrderRejected(ApplicationError):
     code = "order_rejected"
 
 
+class BudgetExceeded(OrderRejected):
+    """Over the monthly GPU-hour budget (same code; quotes tell it from a quota refusal)."""
+
+
 def _err(fld: str, msg: str, exc: type[ApplicationError] = ApplicationError) -> ApplicationError:
     return exc(msg, fields={fld: [msg]})
 
@@ -73,54 +78,59 @@ def _err(fld: str, msg: str, exc: type[ApplicationError] = ApplicationError) -> 
 def _check_shape(spec: OrderSpec) -> None:
     unknown = [m for m in spec.models if m not in CATALOG]
     if unknown:
-        raise _err("models", f"Unknown GPU model(s): {', '.join(unknown)}.")
+        raise _err("models", _("Unknown GPU model(s): %(models)s.")
+                   % {"models": ", ".join(unknown)})
     if not isinstance(spec.gpu_count, int) or not 1 <= spec.gpu_count <= MAX_GPUS_PER_NODE:
-        raise _err("gpu_count", f"Between 1 and {MAX_GPUS_PER_NODE} GPUs per node.")
+        raise _err("gpu_count", _("Between 1 and %(max)s GPUs per node.")
+                   % {"max": MAX_GPUS_PER_NODE})
     if not isinstance(spec.nodes, int) or not 1 <= spec.nodes <= MAX_NODES:
-        raise _err("nodes", f"Between 1 and {MAX_NODES} nodes.")
+        raise _err("nodes", _("Between 1 and %(max)s nodes.") % {"max": MAX_NODES})
     if not 0 < spec.gpu_milli <= 1000 or spec.gpu_milli % MILLI_PER_SLOT:
-        raise _err("gpu_milli", f"A fraction in steps of {MILLI_PER_SLOT} milli-GPU (1/8).")
+        raise _err("gpu_milli", _("A fraction in steps of %(step)s milli-GPU (1/8).")
+                   % {"step": MILLI_PER_SLOT})
     if spec.gpu_milli < 1000 and (spec.gpu_count != 1 or spec.nodes != 1):
-        raise _err("gpu_milli", "A fraction of a GPU is ordered as one GPU on one node.")
+        raise _err("gpu_milli", _("A fraction of a GPU is ordered as one GPU on one node."))
     if spec.locality not in Locality.values:
-        raise _err("locality", f"One of {', '.join(Locality.values)}.")
+        raise _err("locality", _("One of %(choices)s.")
+                   % {"choices": ", ".join(Locality.values)})
     if spec.priority not in Priority.values:
-        raise _err("priority", f"One of {', '.join(Priority.values)}.")
+        raise _err("priority", _("One of %(choices)s.")
+                   % {"choices": ", ".join(Priority.values)})
     if spec.locality == Locality.NVLINK and spec.nodes > 1:
-        raise _err("locality", "An NVLink domain is inside one node; order one node.")
+        raise _err("locality", _("An NVLink domain is inside one node; order one node."))
 
 
 def _models_available(spec: OrderSpec) -> list[str]:
     wanted = spec.models or sorted(CATALOG)
     have = set(Gpu.objects.filter(model__in=wanted).values_list("model", flat=True).distinct())
     if not have:
-        raise _err("models", "The pool has no GPUs of the requested model(s).")
+        raise _err("models", _("The pool has no GPUs of the requested model(s)."))
     return [m for m in wanted if m in have]
 
 
 def _window(spec: OrderSpec, now: datetime) -> Window:
     start = spec.start_at or now
     if start < now - START_GRACE:
-        raise _err("start_at", "The start is in the past.")
+        raise _err("start_at", _("The start is in the past."))
     start = max(start, now)
     if spec.end_at is not None and spec.duration_hours is not None:
-        raise _err("end_at", "Give a duration or an end, not both.")
+        raise _err("end_at", _("Give a duration or an end, not both."))
     if spec.end_at is not None:
         end = spec.end_at
     elif spec.duration_hours is not None:
         try:
             hours = Decimal(spec.duration_hours)
         except (InvalidOperation, TypeError, ValueError):
-            raise _err("duration_hours", "A number of hours.") from None
+            raise _err("duration_hours", _("A number of hours.")) from None
         if not hours.is_finite() or hours <= 0:
-            raise _err("duration_hours", "Must be more than zero.")
+            raise _err("duration_hours", _("Must be more than zero."))
         if hours > 24 * 366:
-            raise _err("duration_hours", "At most a year.")
+            raise _err("duration_hours", _("At most a year."))
         end = start + timedelta(seconds=int(hours * 3600))
     else:
-        raise _err("duration_hours", "Give a duration or an end.")
+        raise _err("duration_hours", _("Give a duration or an end."))
     if end <= start:
-        raise _err("end_at", "The end must be after the start.")
+        raise _err("end_at", _("The end must be after the start."))
     return Window(start, end)
 
 
@@ -133,7 +143,7 @@ def check_limits(tenant: Tenant, spec: OrderSpec, window: Window, models: list[s
     """Quota, duration, pending orders, spot and budget. Raises with the field named."""
     total = _total_gpus(spec)
     if count_pending and pending_orders(tenant) >= _max_pending(tenant, models):
-        raise _err("non_field_errors", "Too many orders are waiting; cancel one first.",
+        raise _err("non_field_errors", _("Too many orders are waiting; cancel one first."),
                    OrderRejected)
     fitting = []
     for model in models:
@@ -142,15 +152,16 @@ def check_limits(tenant: Tenant, spec: OrderSpec, window: Window, models: list[s
             fitting.append(model)
             continue
         if window.hours > quota.max_lease_hours:
-            raise _err("duration_hours", f"At most {quota.max_lease_hours} hours per lease.",
-                       OrderRejected)
+            raise _err("duration_hours", _("At most %(hours)s hours per lease.")
+                       % {"hours": quota.max_lease_hours}, OrderRejected)
         if spec.priority == Priority.SPOT and not quota.allow_spot:
-            raise _err("priority", "Spot leases are not enabled for this tenant.", OrderRejected)
+            raise _err("priority", _("Spot leases are not enabled for this tenant."),
+                       OrderRejected)
         held = gpus_held(tenant, model, window.start, window.end, exclude_lease)
         if held + total <= quota.max_gpus:
             fitting.append(model)
     if not fitting:
-        raise _err("gpu_count", "This would exceed your GPU quota.", OrderRejected)
+        raise _err("gpu_count", _("This would exceed your GPU quota."), OrderRejected)
     _check_budget(tenant, models, window, total, exclude_lease)
 
 
@@ -170,15 +181,16 @@ def _check_budget(tenant: Tenant, models: list[str], window: Window, total: Deci
     wanted = Decimal(max(inside.total_seconds(), 0)) / 3600 * total
     if used + wanted > quota.gpu_hour_budget:
         left = max(quota.gpu_hour_budget - used, Decimal(0))
-        raise _err("duration_hours", f"This would exceed your monthly budget "
-                   f"({left:.1f} GPU-hours left).", OrderRejected)
+        raise _err("duration_hours", _("This would exceed your monthly budget "
+                                       "(%(left)s GPU-hours left).") % {"left": f"{left:.1f}"},
+                   BudgetExceeded)
 
 
 def validate_order(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
                    now: datetime) -> tuple[Window, list[str]]:
     require_role(actor, tenant, Role.MEMBER)
     if not tenant.is_active:
-        raise PermissionDenied("This tenant is suspended and cannot order.")
+        raise PermissionDenied(_("This tenant is suspended and cannot order."))
     _check_shape(spec)
     models = _models_available(spec)
     window = _window(spec, now)
@@ -227,8 +239,8 @@ def lease_cancel(*, actor: AnyUser, lease: Lease, reason: str = "") -> Lease:
     require_role(actor, lease.tenant, Role.MEMBER)
     lease = _locked(lease)
     if lease.state not in states.CANCELLABLE:
-        raise _err("state", f"A {lease.get_state_display().lower()} lease cannot be cancelled;"
-                   " release it instead.", states.IllegalTransition)
+        raise _err("state", _("A %(state)s lease cannot be cancelled; release it instead.")
+                   % {"state": states.label(lease.state).lower()}, states.IllegalTransition)
     from portal.leasing import orchestration
 
     orchestration.cancel(lease, actor=actor.get_username(), reason=reason or "cancelled")
@@ -241,7 +253,7 @@ def lease_release(*, actor: AnyUser, lease: Lease, reason: str = "") -> Lease:
     require_role(actor, lease.tenant, Role.MEMBER)
     lease = _locked(lease)
     if lease.state != S.ACTIVE:
-        raise _err("state", "Only an active lease can be released; cancel a waiting one.",
+        raise _err("state", _("Only an active lease can be released; cancel a waiting one."),
                    states.IllegalTransition)
     from portal.leasing import orchestration
 
@@ -255,9 +267,10 @@ class ExtensionRefused(ApplicationError):
     code = "extension_refused"
 
     def __init__(self, message: str, longest_end: datetime | None) -> None:
-        hint = f" The longest possible end is {longest_end:%Y-%m-%d %H:%M} UTC." \
-            if longest_end else ""
-        super().__init__(message + hint, fields={"end_at": [message + hint]})
+        if longest_end is not None:
+            message = _("%(reason)s The longest possible end is %(end)s UTC.") % {
+                "reason": message, "end": f"{longest_end:%Y-%m-%d %H:%M}"}
+        super().__init__(message, fields={"end_at": [message]})
         self.longest_end = longest_end
 
 
@@ -267,9 +280,10 @@ def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
     require_role(actor, lease.tenant, Role.MEMBER)
     lease = _locked(lease)
     if lease.state not in (S.SCHEDULED, S.PROVISIONING, S.ACTIVE, S.QUEUED):
-        raise _err("state", "This lease can no longer be extended.", states.IllegalTransition)
+        raise _err("state", _("This lease can no longer be extended."),
+                   states.IllegalTransition)
     if end_at <= lease.end_at:
-        raise _err("end_at", "The new end must be later than the current end.")
+        raise _err("end_at", _("The new end must be later than the current end."))
     from portal.leasing import allocation, orchestration
 
     spec = OrderSpec(models=[lease.gpu_model] if lease.gpu_model else lease.allowed_models,
@@ -283,8 +297,8 @@ def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
     except ApplicationError as exc:
         raise ExtensionRefused(exc.message, longest) from exc
     if lease.state != S.QUEUED and longest is not None and end_at > longest:
-        raise ExtensionRefused("The GPUs are reserved by another lease from "
-                               f"{longest:%Y-%m-%d %H:%M} UTC.", longest)
+        raise ExtensionRefused(_("The GPUs are reserved by another lease from %(start)s UTC.")
+                               % {"start": f"{longest:%Y-%m-%d %H:%M}"}, longest)
     old_end = lease.end_at
     orchestration.extend(lease, end_at)
     states.record(lease, "extended", actor=actor.get_username(),

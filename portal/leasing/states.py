@@ -7,6 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
 from portal.core.errors import Conflict
 from portal.leasing.models import Lease, LeaseEvent
 from portal.leasing.models import LeaseState as S
@@ -35,6 +38,22 @@ class IllegalTransition(Conflict):
     code = "illegal_transition"
 
 
+# State names for messages, in the active language (the same msgids as portal/web/labels.py).
+LABELS: dict[str, object] = {
+    S.REQUESTED: gettext_lazy("Requested"), S.QUEUED: gettext_lazy("Queued"),
+    S.SCHEDULED: gettext_lazy("Scheduled"), S.PROVISIONING: gettext_lazy("Provisioning"),
+    S.ACTIVE: gettext_lazy("Active"), S.RELEASING: gettext_lazy("Releasing"),
+    S.ENDED: gettext_lazy("Ended"), S.REJECTED: gettext_lazy("Rejected"),
+    S.CANCELLED: gettext_lazy("Cancelled"), S.FAILED: gettext_lazy("Failed"),
+    S.PREEMPTED: gettext_lazy("Preempted"), S.EXPIRED: gettext_lazy("Expired"),
+}
+
+
+def label(state: str) -> str:
+    """The state's name in the request's language (falls back to the stored value)."""
+    return str(LABELS.get(state, state))
+
+
 def transition(lease: Lease, to: str, *, actor: str = "system", reason: str = "",
                data: dict[str, Any] | None = None, fields: tuple[str, ...] = ()) -> LeaseEvent:
     """Move ``lease`` (already locked by the caller) to ``to`` and record the event.
@@ -42,8 +61,10 @@ def transition(lease: Lease, to: str, *, actor: str = "system", reason: str = ""
     ``fields`` names other attributes the caller changed, saved in the same UPDATE.
     """
     if to not in ALLOWED[lease.state]:
-        raise IllegalTransition(f"A lease cannot go from {lease.state} to {to}.",
-                                fields={"state": [f"{lease.state} → {to} is not allowed"]})
+        names = {"from": label(lease.state).lower(), "to": label(to).lower()}
+        raise IllegalTransition(_("A lease cannot go from %(from)s to %(to)s.") % names,
+                                fields={"state": [_("%(from)s → %(to)s is not allowed")
+                                                  % names]})
     old = lease.state
     lease.state = to
     lease.state_reason = reason[:300]

@@ -11,12 +11,18 @@ from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.db.models import Model, QuerySet
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from portal.core.errors import NotFound, PermissionDenied
 from portal.tenants.models import Membership, Role, Tenant
 
 M = TypeVar("M", bound=Model)
 AnyUser = AbstractBaseUser | AnonymousUser
+
+# Role names for messages, in the active language (the same msgids as portal/web/labels.py).
+ROLE_LABELS = {Role.OWNER: gettext_lazy("Owner"), Role.ADMIN: gettext_lazy("Admin"),
+               Role.MEMBER: gettext_lazy("Member"), Role.VIEWER: gettext_lazy("Viewer")}
 
 TENANT_HEADER = "HTTP_X_GPUPOOL_TENANT"
 SESSION_KEY = "active_tenant"
@@ -45,7 +51,7 @@ def get_tenant(user: AnyUser | None, slug: str, *, role: str = Role.VIEWER) -> T
     """The tenant ``slug`` if ``user`` holds at least ``role`` in it (staff: always)."""
     tenant = Tenant.objects.filter(slug=slug).first()
     if tenant is None:
-        raise NotFound("No such tenant.")
+        raise NotFound(_("No such tenant."))
     require_role(user, tenant, role)
     return tenant
 
@@ -56,9 +62,10 @@ def require_role(user: AnyUser | None, tenant: Tenant, role: str) -> None:
         return
     member = membership(user, tenant)
     if member is None:
-        raise NotFound("No such tenant.")
+        raise NotFound(_("No such tenant."))
     if not member.has_role(role):
-        raise PermissionDenied(f"This needs the {Role(role).label.lower()} role or higher.")
+        raise PermissionDenied(_("This needs the %(role)s role or higher.")
+                               % {"role": str(ROLE_LABELS[Role(role)]).lower()})
 
 
 def role_in(user: AnyUser | None, tenant: Tenant) -> str | None:
@@ -98,7 +105,7 @@ def active_tenant(request: Any) -> Tenant | None:
 def require_active_tenant(request: Any, role: str = Role.VIEWER) -> Tenant:
     tenant = active_tenant(request)
     if tenant is None:
-        raise NotFound("No tenant selected: send the X-Gpupool-Tenant header.")
+        raise NotFound(_("No tenant selected: send the X-Gpupool-Tenant header."))
     require_role(request.user, tenant, role)
     return tenant
 

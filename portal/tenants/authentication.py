@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions
 
@@ -23,7 +24,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
             return None
         key = api_key_authenticate(raw)
         if key is None or not key.user.is_active:
-            raise exceptions.AuthenticationFailed("Invalid, expired or revoked API key.")
+            raise exceptions.AuthenticationFailed(_("Invalid, expired or revoked API key."))
         return key.user, key
 
     def authenticate_header(self, request: Any) -> str:

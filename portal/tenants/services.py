@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
+from django.utils.translation import gettext as _
 
 from portal.core.errors import ApplicationError, Conflict, NotFound, PermissionDenied
 from portal.core.services import audit_record, model_changes
@@ -27,9 +28,11 @@ def tenant_create(*, actor: AnyUser | None, name: str, slug: str = "",
                   currency: str = "USD") -> Tenant:
     slug = slug or slugify(name)[:63]
     if not slug:
-        raise ApplicationError("A slug is needed.", fields={"slug": ["This field is required."]})
+        raise ApplicationError(_("A slug is needed."),
+                               fields={"slug": [_("This field is required.")]})
     if Tenant.objects.filter(slug=slug).exists():
-        raise ApplicationError("Slug taken.", fields={"slug": ["A tenant with this slug exists."]})
+        raise ApplicationError(_("Slug taken."),
+                               fields={"slug": [_("A tenant with this slug exists.")]})
     tenant = Tenant.objects.create(name=name, slug=slug, contact_email=contact_email,
                                    contact_name=contact_name, currency=currency.upper())
     audit_record(actor=actor, action="tenant.create", obj=tenant,
@@ -47,7 +50,8 @@ def tenant_update(*, actor: AnyUser, tenant: Tenant, **values: Any) -> Tenant:
     before = {f: getattr(tenant, f) for f in TENANT_EDITABLE}
     for field, value in values.items():
         if field not in TENANT_EDITABLE:
-            raise ApplicationError("Not editable.", fields={field: ["This field is read-only."]})
+            raise ApplicationError(_("Not editable."),
+                                   fields={field: [_("This field is read-only.")]})
         setattr(tenant, field, value)
     tenant.full_clean()
     tenant.save()
@@ -60,9 +64,9 @@ def tenant_update(*, actor: AnyUser, tenant: Tenant, **values: Any) -> Tenant:
 def tenant_set_status(*, actor: AnyUser, tenant: Tenant, status: str, reason: str = "") -> Tenant:
     """Suspend or resume a tenant (staff only). A suspended tenant cannot order."""
     if not is_staff(actor):
-        raise PermissionDenied("Only platform staff can suspend or resume tenants.")
+        raise PermissionDenied(_("Only platform staff can suspend or resume tenants."))
     if status not in Tenant.Status.values:
-        raise ApplicationError("Unknown status.", fields={"status": ["Unknown status."]})
+        raise ApplicationError(_("Unknown status."), fields={"status": [_("Unknown status.")]})
     tenant = Tenant.objects.select_for_update().get(pk=tenant.pk)
     old = tenant.status
     tenant.status = status
@@ -75,9 +79,10 @@ def tenant_set_status(*, actor: AnyUser, tenant: Tenant, status: str, reason: st
 def _check_can_grant(actor: AnyUser, tenant: Tenant, role: str) -> None:
     require_role(actor, tenant, Role.ADMIN)
     if role not in Role.values:
-        raise ApplicationError("Unknown role.", fields={"role": [f"Choose one of {Role.values}."]})
+        raise ApplicationError(_("Unknown role."), fields={
+            "role": [_("Choose one of %(choices)s.") % {"choices": Role.values}]})
     if role == Role.OWNER and not (is_staff(actor) or role_in(actor, tenant) == Role.OWNER):
-        raise PermissionDenied("Only an owner can make owners.")
+        raise PermissionDenied(_("Only an owner can make owners."))
 
 
 @transaction.atomic
@@ -92,12 +97,13 @@ def membership_add(*, actor: AnyUser, tenant: Tenant, username: str = "", email:
         user = user_model.objects.filter(email__iexact=email).first()
     if user is None:
         field = "username" if username else "email"
-        raise ApplicationError("No such user.", fields={field: ["No user with this value."]})
+        raise ApplicationError(_("No such user."), fields={field: [_("No user with this value.")]})
     try:
         with transaction.atomic():
             member = Membership.objects.create(tenant=tenant, user=user, role=role)
     except IntegrityError as exc:
-        raise Conflict("Already a member.", fields={"username": ["Already a member."]}) from exc
+        raise Conflict(_("Already a member."),
+                       fields={"username": [_("Already a member.")]}) from exc
     audit_record(actor=actor, action="membership.create", obj=member, tenant=tenant,
                  changes={"user": user.get_username(), "role": role})
     return member
@@ -114,10 +120,10 @@ def membership_change_role(*, actor: AnyUser, member: Membership, role: str) -> 
     member = Membership.objects.select_for_update().get(pk=member.pk)
     if member.role == Role.OWNER and role != Role.OWNER:
         if not (is_staff(actor) or role_in(actor, member.tenant) == Role.OWNER):
-            raise PermissionDenied("Only an owner can demote an owner.")
+            raise PermissionDenied(_("Only an owner can demote an owner."))
         if _owners_left_without(member) == 0:
-            raise ApplicationError("A tenant keeps at least one owner.",
-                                   fields={"role": ["This is the last owner."]})
+            raise ApplicationError(_("A tenant keeps at least one owner."),
+                                   fields={"role": [_("This is the last owner.")]})
     old = member.role
     member.role = role
     member.save(update_fields=["role"])
@@ -131,10 +137,10 @@ def membership_remove(*, actor: AnyUser, member: Membership) -> None:
     require_role(actor, member.tenant, Role.ADMIN)
     if member.role == Role.OWNER:
         if not (is_staff(actor) or role_in(actor, member.tenant) == Role.OWNER):
-            raise PermissionDenied("Only an owner can remove an owner.")
+            raise PermissionDenied(_("Only an owner can remove an owner."))
         if _owners_left_without(member) == 0:
-            raise ApplicationError("A tenant keeps at least one owner.",
-                                   fields={"role": ["This is the last owner."]})
+            raise ApplicationError(_("A tenant keeps at least one owner."),
+                                   fields={"role": [_("This is the last owner.")]})
     audit_record(actor=actor, action="membership.delete", obj=member, tenant=member.tenant,
                  changes={"user": member.user.get_username(), "role": member.role})
     member.delete()
@@ -155,14 +161,15 @@ def hash_secret(secret: str) -> str:
 def api_key_create(*, actor: AnyUser, name: str, tenant: Tenant | None,
                    expires_at: datetime | None = None) -> IssuedKey:
     if not actor.is_authenticated:
-        raise PermissionDenied("Sign in first.")
+        raise PermissionDenied(_("Sign in first."))
     if tenant is not None:
         require_role(actor, tenant, Role.VIEWER)
     elif not is_staff(actor):
-        raise ApplicationError("Pick a tenant.", fields={"tenant": ["This field is required."]})
+        raise ApplicationError(_("Pick a tenant."),
+                               fields={"tenant": [_("This field is required.")]})
     if expires_at is not None and expires_at <= timezone.now():
-        raise ApplicationError("Expiry in the past.",
-                               fields={"expires_at": ["Must be in the future."]})
+        raise ApplicationError(_("Expiry in the past."),
+                               fields={"expires_at": [_("Must be in the future.")]})
     prefix = secrets.token_hex(6)
     secret = f"{API_KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     key = ApiKey.objects.create(user=actor, tenant=tenant, name=name, prefix=prefix,
@@ -176,7 +183,7 @@ def api_key_create(*, actor: AnyUser, name: str, tenant: Tenant | None,
 def api_key_revoke(*, actor: AnyUser, key: ApiKey) -> ApiKey:
     if key.user_id != getattr(actor, "pk", None) and not is_staff(actor):
         if key.tenant is None:
-            raise NotFound("No such key.")
+            raise NotFound(_("No such key."))
         require_role(actor, key.tenant, Role.ADMIN)
     key = ApiKey.objects.select_for_update().get(pk=key.pk)
     if key.revoked_at is None:

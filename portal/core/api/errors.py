@@ -12,6 +12,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import Http404
+from django.utils.translation import gettext as _
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -49,7 +50,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if isinstance(exc, DjangoValidationError):
         fields = exc.message_dict if hasattr(exc, "error_dict") else {
             "non_field_errors": exc.messages}
-        return Response(error_body("invalid", "Invalid input.", fields),
+        return Response(error_body("invalid", _("Invalid input."), fields),
                         status=status.HTTP_400_BAD_REQUEST)
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
@@ -59,7 +60,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
     if response is None:
         return None
     if isinstance(exc, exceptions.ValidationError):
-        response.data = error_body("invalid", "Invalid input.", _flatten(exc.detail))
+        response.data = error_body("invalid", _("Invalid input."), _flatten(exc.detail))
     elif isinstance(exc, exceptions.APIException):
         detail = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
         code = exc.get_codes() if isinstance(exc.get_codes(), str) else exc.default_code

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from portal.leasing.models import Lease, LeaseEvent, Locality, Priority
@@ -32,13 +33,13 @@ class OrderSerializer(serializers.Serializer[None]):
 
     def validate_tags(self, value: dict[str, str]) -> dict[str, str]:
         if len(value) > 32 or any(len(k) > 64 for k in value):
-            raise serializers.ValidationError("At most 32 tags, keys up to 64 characters.")
+            raise serializers.ValidationError(_("At most 32 tags, keys up to 64 characters."))
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if attrs.get("duration_hours") is None and attrs.get("end_at") is None:
             raise serializers.ValidationError(
-                {"duration_hours": ["Give a duration or an end."]})
+                {"duration_hours": [_("Give a duration or an end.")]})
         return attrs
 
 

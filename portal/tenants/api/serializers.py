@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from portal.tenants.models import ApiKey, Membership, Role, Tenant
@@ -57,7 +58,7 @@ class MembershipCreateSerializer(serializers.Serializer[None]):
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         if not attrs.get("username") and not attrs.get("email"):
-            raise serializers.ValidationError({"username": ["Give a username or an email."]})
+            raise serializers.ValidationError({"username": [_("Give a username or an email.")]})
         return attrs
 
 

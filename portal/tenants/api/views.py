@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
 from rest_framework.decorators import action
@@ -40,7 +41,7 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
     @extend_schema(request=s.TenantCreateSerializer, responses={201: s.TenantSerializer})
     def create(self, request: Request) -> Response:
         if not access.is_staff(request.user):
-            raise DrfPermissionDenied("Only platform staff create tenants.")
+            raise DrfPermissionDenied(_("Only platform staff create tenants."))
         body = s.TenantCreateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
         tenant = services.tenant_create(actor=request.user, **body.validated_data)
@@ -130,7 +131,7 @@ class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.Des
             try:
                 tenant = access.get_tenant(request.user, data["tenant"])
             except Exception as exc:
-                raise DrfNotFound("No such tenant.") from exc
+                raise DrfNotFound(_("No such tenant.")) from exc
         elif not access.is_staff(request.user):
             tenant = access.active_tenant(request)
         issued = services.api_key_create(actor=request.user, name=data["name"], tenant=tenant,
