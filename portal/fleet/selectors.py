@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
+
+from django.db.models import Q
 
 from portal.fleet.models import (
     FabricDesiredState,
@@ -103,3 +106,31 @@ def gpu_utilisation(*, gpus: Iterable[tuple[int, int]], start: Any,
             acc[0] += util
             acc[1] += 1
     return {k: round(total / count, 2) for k, (total, count) in sums.items()}
+
+
+def telemetry_history(*, gpus: Iterable[tuple[int, int, datetime]],
+                      nodes: Iterable[tuple[int, datetime]],
+                      until: datetime) -> list[dict[str, Any]]:
+    """Per-minute history of some GPUs and of the HCA ports of some nodes, oldest first, in
+    one query: ``gpus`` is ``(node_id, gpu index, since)``, ``nodes`` is ``(node_id, since)``
+    for their ports. Only rows whose minute is in ``[since, until)`` are returned, so a
+    caller passing a lease's start never sees the minutes before it (another lease's).
+
+    Rows: ``{"node_id", "kind", "key", "minute", "values"}``.
+    """
+    from portal.fleet.models import TelemetrySample
+
+    groups: dict[tuple[int, datetime], list[str]] = {}
+    for node_id, index, since in gpus:
+        groups.setdefault((node_id, since), []).append(str(index))
+    wanted = Q()
+    for (node_id, since), keys in groups.items():
+        wanted |= Q(kind=TelemetrySample.Kind.GPU, node_id=node_id, key__in=sorted(keys),
+                    minute__gte=since)
+    for node_id, since in nodes:
+        wanted |= Q(kind=TelemetrySample.Kind.PORT, node_id=node_id, minute__gte=since)
+    if not wanted:
+        return []
+    return list(TelemetrySample.objects.filter(wanted, minute__lt=until)
+                .order_by("minute", "node_id", "kind", "key")
+                .values("node_id", "kind", "key", "minute", "values"))

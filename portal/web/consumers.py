@@ -36,13 +36,18 @@ def _visible_lease(user: Any, lease_id: str) -> Any:
         return None
 
 
-def _snapshot(user: Any, lease_id: str) -> dict[str, Any] | None:
-    """Current state and telemetry, or None when the user may no longer see the lease."""
+def _snapshot(user: Any, lease_id: str, history: bool = False) -> dict[str, Any] | None:
+    """Current state and telemetry (with the charts' recent history when ``history``), or
+    None when the user may no longer see the lease."""
     lease = _visible_lease(user, lease_id)
     if lease is None:
         return None
-    telemetry = (live.lease_telemetry(lease) if lease.state in HOLDING
-                 else {"gpus": [], "ports": []})
+    telemetry: dict[str, Any] = {"gpus": [], "ports": []}
+    if lease.state in HOLDING:
+        gpus = live.lease_gpus(lease)
+        telemetry = live.lease_telemetry(lease, gpus)
+        if history:
+            telemetry = {**telemetry, "history": live.lease_history(lease, gpus, telemetry)}
     return {"state": lease.state, "telemetry": telemetry}
 
 
@@ -80,10 +85,11 @@ class LeaseConsumer(AsyncJsonWebsocketConsumer):
         """The page sends nothing; ignore anything it does."""
 
     async def _poll(self) -> None:
+        history = True  # the first telemetry of the lease's GPUs carries their recent history
         while True:
             try:
                 snap = await database_sync_to_async(_snapshot)(self.scope.get("user"),
-                                                               self.lease_id)
+                                                               self.lease_id, history)
             except Exception:  # a database hiccup: keep the socket, try again next tick
                 log.exception("lease %s: telemetry poll failed", self.lease_id)
                 await asyncio.sleep(POLL_SECONDS)
@@ -96,6 +102,7 @@ class LeaseConsumer(AsyncJsonWebsocketConsumer):
                 await self.send_json({"type": "lease", "lease_id": self.lease_id,
                                       "state": self.state, "event": {}})
             await self.send_json({"type": "telemetry", **snap["telemetry"]})
+            history = history and "history" not in snap["telemetry"]
             await asyncio.sleep(POLL_SECONDS)
 
     async def lease_event(self, message: dict[str, Any]) -> None:

@@ -114,6 +114,9 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
                               LeaseState.ACTIVE, LeaseState.RELEASING)
     gpus = live.lease_gpus(lease) if holding else []
     telemetry = live.lease_telemetry(lease, gpus) if holding else {"gpus": [], "ports": []}
+    # What the charts draw as soon as the page opens (the socket then appends live samples).
+    charts = ({"type": "telemetry", **telemetry,
+               "history": live.lease_history(lease, gpus, telemetry)} if holding else None)
     return render(request, "web/lease.html", {
         "lease": lease,
         "events": list(lease_events(lease=lease)),
@@ -126,6 +129,7 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
         "may_extend": lease.state in LIVE_STATES and lease.state != LeaseState.RELEASING,
         "live": lease.state in LIVE_STATES,
         "chart_labels": chart_labels(),
+        "charts": charts,
     })
 
 

@@ -31,8 +31,11 @@
   });
 
   // ---- live lease page -------------------------------------------------------------------
-  var POINTS = 30;  // one minute at one sample every two seconds
-  var series = {};  // key -> {name: [values]}
+  // Charts have a time axis: the page (and each new socket) brings the last minutes of
+  // per-minute history, live samples (every two seconds) append at the right edge.
+  var MIN_SPAN = 60000;  // ms: a fresh lease's chart spans at least a minute
+  var span = 30 * 60000;  // ms kept and shown at most; the history's window when it says
+  var series = {};  // key -> {t: [ms, oldest first], v: {name: [values]}}
 
   function el(tag, attrs, text) {
     var e = document.createElementNS(tag === "svg" || tag === "polyline" || tag === "line" ?
@@ -79,32 +82,57 @@
     return box;
   }
 
-  function draw(box, key, lines, point) {
-    var data = series[key] || (series[key] = {});
-    var samples = box.getAttribute("data-samples") | 0;
-    box.setAttribute("data-samples", String(samples + 1));
+  // One point in time order; a time already there (a sample polled twice, history sent
+  // again) is kept once. True when the point is new.
+  function add(key, lines, t, point) {
+    if (!isFinite(t)) return false;
+    var data = series[key] || (series[key] = {t: [], v: {}});
+    var i = data.t.length;
+    while (i > 0 && data.t[i - 1] > t) i--;
+    if (i > 0 && data.t[i - 1] === t) return false;
+    data.t.splice(i, 0, t);
     lines.forEach(function (l) {
-      var arr = data[l.name] || (data[l.name] = []);
+      var arr = data.v[l.name] || (data.v[l.name] = data.t.map(function () { return null; }).slice(1));
       var v = point[l.name];
-      arr.push(v === null || v === undefined ? null : Number(v));
-      if (arr.length > POINTS) arr.shift();
+      arr.splice(i, 0, v === null || v === undefined ? null : Number(v));
+    });
+    return true;
+  }
+
+  function addHistory(key, lines, h) {
+    (h.t || []).forEach(function (sec, i) {
+      var point = {};
+      lines.forEach(function (l) { point[l.name] = h[l.name] ? h[l.name][i] : null; });
+      add(key, lines, sec * 1000, point);
+    });
+  }
+
+  function draw(box, key, lines, point) {
+    var data = series[key] || (series[key] = {t: [], v: {}});
+    var newest = data.t.length ? data.t[data.t.length - 1] : 0;
+    while (data.t.length && data.t[0] < newest - span) {  // older than the window: drop
+      data.t.shift();
+      lines.forEach(function (l) { if (data.v[l.name]) data.v[l.name].shift(); });
+    }
+    var width = Math.min(span, Math.max(MIN_SPAN, newest - (data.t.length ? data.t[0] : newest)));
+    var left = newest - width;  // newest sample at the right edge
+    lines.forEach(function (l) {
+      var arr = data.v[l.name] || [];
       var max = l.max || Math.max.apply(null, arr.filter(function (x) { return x !== null; }).concat([1]));
       var pts = [];
-      var offset = POINTS - arr.length;  // newest sample at the right edge
       arr.forEach(function (x, i) {
         if (x === null) return;
-        pts.push(((offset + i) * 300 / (POINTS - 1)).toFixed(1) + "," + (68 - 66 * Math.min(x, max) / max).toFixed(1));
+        pts.push(((data.t[i] - left) * 300 / width).toFixed(1) + "," + (68 - 66 * Math.min(x, max) / max).toFixed(1));
       });
       var line = box.querySelector('[data-line="' + l.name + '"]');
       if (line) line.setAttribute("points", pts.join(" "));
       var out = box.querySelector('[data-value="' + l.name + '"]');
-      if (out) out.textContent = fmt(v, l.unit);
+      if (out) out.textContent = fmt(point[l.name], l.unit);
     });
   }
 
   function startLive(root) {
     var url = root.getAttribute("data-ws");
-    if (!url || !window.WebSocket) return;
     var t = JSON.parse(document.getElementById("chart-labels").textContent);
     var gpuLines = [{name: "util", label: t.util, unit: " %", max: 100},
       {name: "mem", label: t.mem, unit: " %", max: 100},
@@ -119,6 +147,32 @@
     var retry = 1000;
     var fresh = true;
 
+    function plot(container, lines, items, history) {
+      var past = {};
+      (history || []).forEach(function (h) { past[h.key] = h; });
+      items.forEach(function (p) {
+        var box = chart(container, p.key, p.label, lines);
+        if (past[p.key]) addHistory(p.key, lines, past[p.key]);
+        if (p.ts && add(p.key, lines, Date.parse(p.ts), p)) {  // live samples drawn
+          box.setAttribute("data-samples", String((box.getAttribute("data-samples") | 0) + 1));
+        }
+        draw(box, p.key, lines, p);
+      });
+    }
+
+    function telemetry(msg) {
+      if (fresh) { gpuBox.textContent = ""; portBox.textContent = ""; fresh = false; }
+      document.getElementById("live-charts").hidden = !(msg.gpus.length || msg.ports.length);
+      var history = msg.history || {};
+      if (history.minutes) span = history.minutes * 60000;
+      plot(gpuBox, gpuLines, msg.gpus, history.gpus);
+      plot(portBox, portLines, msg.ports, history.ports);
+    }
+
+    var initial = document.getElementById("chart-initial");
+    if (initial) telemetry(JSON.parse(initial.textContent));
+    if (!url || !window.WebSocket) return;
+
     function connect() {
       var proto = location.protocol === "https:" ? "wss://" : "ws://";
       var ws = new WebSocket(proto + location.host + url);
@@ -131,10 +185,7 @@
       ws.onmessage = function (ev) {
         var msg = JSON.parse(ev.data);
         if (msg.type === "telemetry") {
-          if (fresh) { gpuBox.textContent = ""; portBox.textContent = ""; fresh = false; }
-          document.getElementById("live-charts").hidden = !(msg.gpus.length || msg.ports.length);
-          msg.gpus.forEach(function (g) { draw(chart(gpuBox, g.key, g.label, gpuLines), g.key, gpuLines, g); });
-          msg.ports.forEach(function (p) { draw(chart(portBox, p.key, p.label, portLines), p.key, portLines, p); });
+          telemetry(msg);
         } else if (msg.type === "lease" && msg.state !== state) {
           state = msg.state;
           root.setAttribute("data-state", state);
