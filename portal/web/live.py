@@ -78,7 +78,9 @@ def _port_point(host: str, sample: Any) -> dict[str, Any]:
 
 
 def lease_telemetry(lease: Lease, gpus: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """``{"gpus": [...], "ports": [...]}`` with the latest sample of each (3 queries)."""
+    """``{"gpus": [...], "ports": [...]}`` with the latest sample of each (3 queries),
+    taken no earlier than the lease's activation: the same GPUs and ports served another
+    tenant before."""
     gpus = lease_gpus(lease) if gpus is None else gpus
     if not gpus:
         return {"gpus": [], "ports": []}
@@ -86,16 +88,28 @@ def lease_telemetry(lease: Lease, gpus: list[dict[str, Any]] | None = None) -> d
         from portal.fleet.models import GpuTelemetry, PortTelemetry
     except ImportError:
         return {"gpus": [_gpu_point(g, None) for g in gpus], "ports": []}
+    if lease.active_at is None:  # nothing measured for this lease yet
+        return {"gpus": [_gpu_point(g, None) for g in gpus], "ports": []}
     node_ids = {g["node_id"] for g in gpus}
     hosts = {g["node_id"]: g["host"] for g in gpus}
     samples = {(s.node_id, s.index): s
-               for s in GpuTelemetry.objects.filter(node_id__in=node_ids)}
-    ports = PortTelemetry.objects.filter(node_id__in=node_ids).order_by("node_id", "device",
-                                                                         "port")
+               for s in GpuTelemetry.objects.filter(node_id__in=node_ids,
+                                                    ts__gte=lease.active_at)}
+    ports = PortTelemetry.objects.filter(node_id__in=node_ids, ts__gte=lease.active_at) \
+        .order_by("node_id", "device", "port")
     return {
-        "gpus": [_gpu_point(g, samples.get((g["node_id"], g["index"]))) for g in gpus],
+        "gpus": [_gpu_point(g, _since(samples.get((g["node_id"], g["index"])), g))
+                 for g in gpus],
         "ports": [_port_point(hosts[p.node_id], p) for p in ports],
     }
+
+
+def _since(sample: Any, gpu: dict[str, Any]) -> Any:
+    """The latest sample only if taken while this lease held the GPU: an older one is the
+    previous holder's (regression: test_live_view_hides_the_previous_holders_sample)."""
+    if sample is None or (gpu.get("since") and sample.ts < gpu["since"]):
+        return None
+    return sample
 
 
 def lease_history(lease: Lease, gpus: list[dict[str, Any]], telemetry: dict[str, Any],

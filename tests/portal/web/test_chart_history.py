@@ -237,3 +237,24 @@ def test_selector_reads_only_the_asked_gpus_and_minutes(leased: dict[str, Any]) 
     assert [(r["kind"], r["key"]) for r in rows] == [("gpu", str(index))] * 5
     assert rows[0]["minute"] == since
     assert telemetry_history(gpus=[], nodes=[], until=clock.now()) == []
+
+
+def test_live_view_hides_the_previous_holders_sample(pool: dict[str, Any]) -> None:
+    """Regression: the live view showed each GPU's latest sample whenever it was taken; if
+    the agent's last report predates this lease, that reading is the previous tenant's."""
+    lease = active_lease(pool, gpu_count=4)
+    node = Allocation.objects.filter(lease=lease).first().node  # type: ignore[union-attr]
+    before = lease.active_at - MIN  # type: ignore[operator]
+    for i in range(8):
+        GpuTelemetry.objects.update_or_create(node=node, index=i, defaults={
+            "ts": before, "data": {"gpu_util_pct": BEFORE}})
+    PortTelemetry.objects.update_or_create(node=node, device="mlx5_0", port=1, defaults={
+        "ts": before, "state_id": 4, "data": {"rates_per_s": {"port_xmit_bytes": 1e9}}})
+    stale = live.lease_telemetry(lease)
+    assert [g["util"] for g in stale["gpus"]] == [None] * 4
+    assert stale["ports"] == []
+    GpuTelemetry.objects.filter(node=node).update(ts=clock.now())
+    PortTelemetry.objects.filter(node=node).update(ts=clock.now())
+    fresh = live.lease_telemetry(lease)
+    assert [g["util"] for g in fresh["gpus"]] == [BEFORE] * 4
+    assert len(fresh["ports"]) == 1
