@@ -179,6 +179,8 @@ CELERY_BEAT_SCHEDULE = {
 GPUPOOL_SIMULATED_AGENTS = env_bool("GPUPOOL_SIMULATED_AGENTS", not PRODUCTION)
 GPUPOOL_PROVISION_TIMEOUT_S = int(os.environ.get("GPUPOOL_PROVISION_TIMEOUT_S", "120"))
 GPUPOOL_RELEASE_TIMEOUT_S = int(os.environ.get("GPUPOOL_RELEASE_TIMEOUT_S", "300"))
+# A running spot lease is told this long before it is preempted (0: preempted at once).
+GPUPOOL_PREEMPT_GRACE_S = int(os.environ.get("GPUPOOL_PREEMPT_GRACE_S", "120"))
 if GPUPOOL_SIMULATED_AGENTS:
     CELERY_BEAT_SCHEDULE["simulated-telemetry"] = {
         "task": "portal.leasing.tasks.simulate_telemetry",

@@ -74,3 +74,15 @@ def expiring(lease: Lease, minutes: int) -> None:
     body = (f"Lease {lease} ({lease.pk}) ends at {lease.end_at:%Y-%m-%d %H:%M} UTC. "
             "Extend it in the portal if you need more time.")
     transaction.on_commit(lambda: _mail(lease, subject, body))
+
+
+def preempting(lease: Lease, at: Any) -> None:
+    """A running spot lease will be preempted at ``at`` (its notice period)."""
+    group, message = tenant_group(lease.tenant_id), _payload(lease)
+    message["event"]["warning"] = f"preempted at {at:%H:%M:%S} UTC"
+    transaction.on_commit(lambda: _broadcast(group, message))
+    subject = f"[gpupool] {lease} will be preempted at {at:%H:%M} UTC"
+    body = (f"Lease {lease} ({lease.pk}) is a spot lease and its GPUs are needed by an "
+            f"on-demand order: it ends at {at:%Y-%m-%d %H:%M:%S} UTC. Save your work; "
+            "order an on-demand or reserved lease for work that must not be interrupted.")
+    transaction.on_commit(lambda: _mail(lease, subject, body))

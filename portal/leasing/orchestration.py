@@ -8,6 +8,7 @@ reconciler (``reconcile``) finds anything in a transitional state and drives it 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -106,11 +107,18 @@ def _note_wait(lease: Lease, reason: str, earliest: int | None) -> None:
 def _try_place(lease: Lease, placement: allocation.Placement, now: datetime) -> int:
     try:
         with transaction.atomic():
+            noticed = _running(placement.victims) if preempt_grace() else ()
+            if noticed:  # running spot leases get their notice; this lease starts after it
+                placement = _delayed(placement, preempt_grace())
             if not _quota_allows(lease, placement):
                 _note_wait(lease, "quota", None)
                 return 0
-            _preempt(placement.victims, by=lease)  # first: frees the victims' slots
-            _write_allocations(lease, placement)
+            if noticed:
+                _give_notice(placement.victims, by=lease,
+                             until=_at(allocation.from_epoch(placement.start)))
+            else:
+                _preempt(placement.victims, by=lease)  # first: frees the victims' slots
+            _write_allocations(lease, placement, ignoring=noticed)
             # The tenant's P_Key is allocated here, in the single-flight pass, and commits
             # with the placement: provisioning then only reads it. Allocated while pushing
             # nodes, two provisioning steps deadlocked (regression:
@@ -138,7 +146,8 @@ class SlotConflict(Exception):
     pass
 
 
-def _write_allocations(lease: Lease, placement: allocation.Placement) -> None:
+def _write_allocations(lease: Lease, placement: allocation.Placement,
+                       ignoring: tuple[str, ...] = ()) -> None:
     start = allocation.from_epoch(placement.start)
     end = allocation.from_epoch(placement.end)
     assert start is not None and end is not None
@@ -149,16 +158,19 @@ def _write_allocations(lease: Lease, placement: allocation.Placement) -> None:
             gpu = gpus[index]
             rows += [Allocation(lease=lease, gpu=gpu, node_id=gpu.node_id, slot=slot,
                                 start_at=start, end_at=end)
-                     for slot in _free_slots(gpu, start, end, -(-milli // MILLI_PER_SLOT))]
+                     for slot in _free_slots(gpu, start, end, -(-milli // MILLI_PER_SLOT),
+                                             ignoring)]
     Allocation.objects.bulk_create(rows)
     lease.start_at, lease.end_at = start, end
 
 
-def _free_slots(gpu: Gpu, start: datetime, end: datetime, wanted: int) -> list[int]:
-    # A lease past its end but still on the hardware keeps its slots (see allocation._leases).
+def _free_slots(gpu: Gpu, start: datetime, end: datetime, wanted: int,
+                ignoring: tuple[str, ...] = ()) -> list[int]:
+    # A lease past its end but still on the hardware keeps its slots (see allocation._leases),
+    # except the victims under notice (``ignoring``): they end exactly when this one starts.
     used = set(Allocation.objects.filter(gpu=gpu, live=True, start_at__lt=end).filter(
         Q(end_at__gt=start) | Q(lease__state__in=allocation.LINGERING))
-        .values_list("slot", flat=True))
+        .exclude(lease_id__in=list(ignoring)).values_list("slot", flat=True))
     free = [s for s in range(SLOTS_PER_GPU) if s not in used]
     if len(free) < wanted:
         raise SlotConflict(f"GPU {gpu.pk} has {len(free)} free slots, {wanted} wanted")
@@ -177,6 +189,51 @@ def _mark_placed(lease: Lease, placement: allocation.Placement, now: datetime) -
     else:
         _start_provisioning(lease, now, fields=fields, data=data)
     notify.lease_changed(lease)
+
+
+def preempt_grace() -> timedelta:
+    """How long a running spot lease is warned before it is preempted (0: at once)."""
+    return timedelta(seconds=_setting("GPUPOOL_PREEMPT_GRACE_S", 120))
+
+
+def _running(victims: tuple[str, ...]) -> tuple[str, ...]:
+    """The victims that are running: those get a notice; the others go at once."""
+    if not victims:
+        return ()
+    return tuple(str(pk) for pk in Lease.objects.filter(
+        pk__in=list(victims), state=S.ACTIVE).values_list("pk", flat=True))
+
+
+def _at(value: datetime | None) -> datetime:
+    assert value is not None
+    return value
+
+
+def _delayed(placement: allocation.Placement, by: timedelta) -> allocation.Placement:
+    """The same placement, starting (and ending) ``by`` later: after the victims' notice."""
+    shift = int(by.total_seconds())
+    return replace(placement, start=placement.start + shift,
+                   end=None if placement.end is None else placement.end + shift)
+
+
+def _give_notice(victims: tuple[str, ...], *, by: Lease, until: datetime) -> None:
+    """Running victims end at ``until`` (their allocations too, so the preemptor's can
+    start there) and are told so; expiry then ends them as preempted. A victim already
+    under an earlier notice keeps it; one not running yet is preempted at once."""
+    for victim in Lease.objects.select_for_update(**LOCK).filter(pk__in=list(victims)):
+        if victim.state != S.ACTIVE:
+            _preempt((str(victim.pk),), by=by)
+            continue
+        if victim.release_kind == S.PREEMPTED and victim.end_at <= until:
+            continue
+        victim.end_at = min(victim.end_at, until)
+        victim.release_kind = S.PREEMPTED
+        victim.save(update_fields=["end_at", "release_kind", "updated"])
+        Allocation.objects.filter(lease=victim, live=True, end_at__gt=victim.end_at).update(
+            end_at=victim.end_at)
+        states.record(victim, "preemption_notice", reason=f"preempted by {by.short_id}",
+                      data={"by": str(by.pk), "at": victim.end_at.isoformat()})
+        notify.preempting(victim, victim.end_at)
 
 
 def _preempt(victims: tuple[str, ...], *, by: Lease) -> None:
@@ -378,7 +435,10 @@ def expire_due() -> int:
         due = list(Lease.objects.select_for_update(**LOCK_SKIP).select_related("tenant")
                    .filter(state=S.ACTIVE, end_at__lte=now))
         for lease in due:
-            begin_release(lease, kind=S.EXPIRED, reason="reached its end time")
+            if lease.release_kind == S.PREEMPTED:  # its notice ran out (``_give_notice``)
+                begin_release(lease, kind=S.PREEMPTED, reason="preemption notice ended")
+            else:
+                begin_release(lease, kind=S.EXPIRED, reason="reached its end time")
         if due:
             crashpoint("expire.before_commit")
     return len(due)
@@ -389,7 +449,8 @@ def warn_expiring(minutes: int = 60) -> int:
     with transaction.atomic():
         due = list(Lease.objects.select_for_update(**LOCK_SKIP).select_related("tenant")
                    .filter(state=S.ACTIVE, warned_at__isnull=True,
-                           end_at__lte=now + timedelta(minutes=minutes), end_at__gt=now))
+                           end_at__lte=now + timedelta(minutes=minutes), end_at__gt=now)
+                   .exclude(release_kind=S.PREEMPTED))  # told already (``_give_notice``)
         for lease in due:
             lease.warned_at = now
             lease.save(update_fields=["warned_at", "updated"])

@@ -282,6 +282,9 @@ def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
     if lease.state not in (S.SCHEDULED, S.PROVISIONING, S.ACTIVE, S.QUEUED):
         raise _err("state", _("This lease can no longer be extended."),
                    states.IllegalTransition)
+    if lease.state == S.ACTIVE and lease.release_kind == S.PREEMPTED:
+        raise ExtensionRefused(_("This spot lease is being preempted: its GPUs are needed by "
+                                 "an on-demand order."), lease.end_at)
     if end_at <= lease.end_at:
         raise _err("end_at", _("The new end must be later than the current end."))
     from portal.leasing import allocation, orchestration

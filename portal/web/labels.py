@@ -24,7 +24,8 @@ LOCALITIES = {Locality.ANY: _("Anywhere"), Locality.NVLINK: _("One NVLink domain
               Locality.SPINE: _("Fewest spine hops")}
 EVENT_KINDS = {"transition": _("State change"), "extended": _("Extended"),
                "extension": _("Extended"), "warning": _("Warning"),
-               "placement": _("Placement"), "hardware": _("Hardware problem")}
+               "placement": _("Placement"), "hardware": _("Hardware problem"),
+               "preemption_notice": _("Preemption notice")}
 # The leasing app's fixed event reasons (free text from users is shown as written).
 REASONS = {
     "order accepted": _("order accepted"), "placed": _("placed"),
@@ -35,6 +36,7 @@ REASONS = {
     "nodes did not converge; retrying elsewhere": _("nodes did not converge; retrying elsewhere"),
     "teardown timed out": _("teardown timed out"), "released early": _("released early"),
     "cancelled": _("cancelled"),
+    "preemption notice ended": _("preemption notice ended"),
 }
 ALL = {**STATES, **ROLES, **PRIORITIES, **LOCALITIES}
 # A tone per state for badges; the text label is always shown too (not colour alone).

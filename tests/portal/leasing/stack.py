@@ -132,6 +132,8 @@ class Stack:
             "GPUPOOL_SIMULATED_AGENTS": "1",
             # As in production: each process borrows connections from a psycopg pool.
             "DB_POOL": os.environ.get("GPUPOOL_STACK_DB_POOL", "1"),
+            # Running spot leases get a short notice before preemption (production: 120 s).
+            "GPUPOOL_PREEMPT_GRACE_S": "3",
             "GPUPOOL_RECONCILE_EVERY_S": str(self.config.reconcile_every_s),
             "GPUPOOL_PROVISION_TIMEOUT_S": str(self.config.provision_timeout_s),
             "GPUPOOL_DATA_DIR": str(self.tmp / "data"),

@@ -1,0 +1,127 @@
+"""A running spot lease gets a notice before it is preempted (GPUPOOL_PREEMPT_GRACE_S).
+
+The on-demand order that needs its GPUs is placed to start when the notice ends; the spot
+lease is told (event, e-mail, WebSocket), cannot be extended, and ends as preempted when the
+notice runs out. With a grace of 0 the old behaviour holds: preempted at once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.core import mail
+
+from portal.core import clock
+from portal.leasing import services
+from portal.leasing.models import Allocation, Lease, LeaseEvent, Quota
+from portal.leasing.models import LeaseState as S
+from portal.tenants.models import Role
+from tests.portal.factories import add_member, make_tenant
+from tests.portal.leasing.conftest import drive
+
+GRACE = timedelta(seconds=120)
+
+
+@pytest.fixture
+def full(pool: dict[str, Any], settings: Any) -> dict[str, Any]:
+    """The whole pool (4 × 8 GPUs) held by tenant c's four running spot leases."""
+    settings.GPUPOOL_PREEMPT_GRACE_S = int(GRACE.total_seconds())
+    c = make_tenant("c")
+    Quota.objects.create(tenant=c, gpu_model="H100", max_gpus=32, guaranteed_gpus=0)
+    carol = add_member(c, "carol", Role.MEMBER)
+    spot = [_order(carol, c, priority="spot") for _ in range(4)]
+    drive()
+    assert {lease.state for lease in _fresh(spot)} == {S.ACTIVE}
+    return {**pool, "c": c, "carol": carol, "spot": spot}
+
+
+def _order(actor: Any, tenant: Any, **kw: Any) -> Lease:
+    spec = services.OrderSpec(**{"models": ["H100"], "gpu_count": 8,
+                                 "duration_hours": Decimal(4), **kw})
+    return services.order_create(actor=actor, tenant=tenant, spec=spec)
+
+
+def _fresh(leases: list[Lease]) -> list[Lease]:
+    return list(Lease.objects.filter(pk__in=[x.pk for x in leases]).order_by("created"))
+
+
+def _overlaps() -> list[str]:
+    """Live allocations sharing a GPU slot at overlapping times (what PostgreSQL's exclusion
+    constraint forbids; checked here by hand so SQLite runs prove it too)."""
+    by_slot: dict[tuple[int, int], list[Allocation]] = defaultdict(list)
+    for a in Allocation.objects.filter(live=True):
+        by_slot[(a.gpu_id, a.slot)].append(a)
+    bad = []
+    for rows in by_slot.values():
+        rows.sort(key=lambda a: a.start_at)
+        bad += [f"{x.lease_id}/{y.lease_id}" for x, y in zip(rows, rows[1:], strict=False)
+                if y.start_at < x.end_at]
+    return bad
+
+
+def test_running_spot_lease_gets_a_notice_then_is_preempted(full: dict[str, Any]) -> None:
+    now = clock.now()
+    mine = _order(full["alice"], full["a"])
+    drive()
+    mine.refresh_from_db()
+    assert mine.state == S.SCHEDULED and mine.start_at == now + GRACE
+    assert mine.end_at == now + GRACE + timedelta(hours=4)  # the full duration it asked for
+    noticed = [x for x in _fresh(full["spot"]) if x.release_kind == S.PREEMPTED]
+    assert len(noticed) == 1
+    victim = noticed[0]
+    assert victim.state == S.ACTIVE and victim.end_at == now + GRACE
+    assert LeaseEvent.objects.filter(lease=victim, kind="preemption_notice").count() == 1
+    assert any("will be preempted" in m.subject for m in mail.outbox)
+    assert set(Allocation.objects.filter(lease=victim, live=True)
+               .values_list("end_at", flat=True)) == {now + GRACE}
+    assert _overlaps() == []
+
+    with pytest.raises(services.ExtensionRefused):
+        services.lease_extend(actor=full["carol"], lease=victim,
+                              end_at=victim.end_at + timedelta(hours=1))
+    drive()  # nothing changes before the notice runs out; no "ends in 60 minutes" mail
+    victim.refresh_from_db()
+    assert victim.state == S.ACTIVE
+    assert not any("ends in" in m.subject and str(victim.pk) in m.body for m in mail.outbox)
+
+    clock.advance(GRACE)
+    drive()
+    victim.refresh_from_db()
+    mine.refresh_from_db()
+    assert victim.state == S.PREEMPTED
+    assert mine.state == S.ACTIVE
+    others = [x for x in _fresh(full["spot"]) if x.pk != victim.pk]
+    assert {x.state for x in others} == {S.ACTIVE}
+    assert _overlaps() == []
+
+
+def test_second_preemptor_does_not_extend_a_notice(full: dict[str, Any]) -> None:
+    now = clock.now()
+    first = _order(full["alice"], full["a"])
+    drive()
+    clock.advance(timedelta(seconds=30))
+    second = _order(full["alice"], full["a"])
+    drive()
+    spot = _fresh(full["spot"])
+    ends = sorted(x.end_at for x in spot if x.release_kind == S.PREEMPTED)
+    assert ends == [now + GRACE, now + timedelta(seconds=30) + GRACE]
+    assert _overlaps() == []
+    clock.advance(GRACE)
+    drive()
+    assert {x.state for x in _fresh([first, second])} == {S.ACTIVE}
+    assert sorted(x.state for x in _fresh(full["spot"])) == [S.ACTIVE, S.ACTIVE,
+                                                            S.PREEMPTED, S.PREEMPTED]
+
+
+def test_no_grace_preempts_at_once(full: dict[str, Any], settings: Any) -> None:
+    settings.GPUPOOL_PREEMPT_GRACE_S = 0
+    mine = _order(full["alice"], full["a"])
+    drive()
+    mine.refresh_from_db()
+    assert mine.state == S.ACTIVE and mine.start_at == clock.now()
+    assert sorted(x.state for x in _fresh(full["spot"])).count(S.PREEMPTED) == 1
+    assert _overlaps() == []
