@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from portal.billing import selectors
 from portal.billing.metering import meter_leases, month_of
@@ -21,8 +22,8 @@ from portal.tenants.models import Tenant
 
 def _on_hour(at: datetime, name: str) -> None:
     if at.minute or at.second or at.microsecond:
-        raise ApplicationError("Prices change on hour boundaries (UTC).",
-                               fields={name: ["must be a whole hour"]})
+        raise ApplicationError(_("Prices change on hour boundaries (UTC)."),
+                               fields={name: [_("must be a whole hour")]})
 
 
 @transaction.atomic
@@ -31,8 +32,8 @@ def price_create(*, actor: Any, gpu_model: str, priority: str, unit_price: Decim
     """Add a list price from ``effective_from`` on; never in the past (not retroactive)."""
     _on_hour(effective_from, "effective_from")
     if effective_from < clock.now():
-        raise ApplicationError("A price cannot take effect in the past.",
-                               fields={"effective_from": ["is in the past"]})
+        raise ApplicationError(_("A price cannot take effect in the past."),
+                               fields={"effective_from": [_("is in the past")]})
     price = Price.objects.create(gpu_model=gpu_model, priority=priority, currency=currency,
                                  unit_price=Decimal(unit_price), effective_from=effective_from,
                                  created_by=actor if getattr(actor, "pk", None) else None)
@@ -48,8 +49,8 @@ def contract_create(*, actor: Any, tenant: Tenant, effective_from: datetime,
                     reference: str = "") -> TenantContract:
     _on_hour(effective_from, "effective_from")
     if effective_from < clock.now():
-        raise ApplicationError("A contract cannot start in the past.",
-                               fields={"effective_from": ["is in the past"]})
+        raise ApplicationError(_("A contract cannot start in the past."),
+                               fields={"effective_from": [_("is in the past")]})
     contract = TenantContract.objects.create(
         tenant=tenant, gpu_model=gpu_model, priority=priority, unit_price=unit_price,
         discount_percent=Decimal(discount_percent), effective_from=effective_from,
@@ -72,7 +73,7 @@ def credit_create(*, actor: Any, tenant: Tenant, amount: Decimal, description: s
                   category: str = CreditLine.Category.CREDIT, lease: Any = None) -> CreditLine:
     """A manual credit (negative) or adjustment; lands on the first open invoice."""
     if category == CreditLine.Category.CREDIT and amount > 0:
-        raise ApplicationError("A credit is a negative amount.", fields={"amount": ["> 0"]})
+        raise ApplicationError(_("A credit is a negative amount."), fields={"amount": [_("> 0")]})
     source = month_of(period_start)
     line = CreditLine.objects.create(
         tenant=tenant, lease=lease, month=_draft_month(tenant, source), source_month=source,
@@ -104,7 +105,7 @@ def invoice_finalize(*, actor: Any, tenant: Tenant, month: date) -> Invoice:
     _start, end = selectors.month_bounds(month)
     now = clock.now()
     if now < end:
-        raise Conflict("A month can be finalised only after it has ended.")
+        raise Conflict(_("A month can be finalised only after it has ended."))
     meter_leases(until=now, tenant=tenant)
     return _freeze(actor=actor, tenant=tenant, month=month, end=end, now=now)
 
@@ -113,7 +114,7 @@ def invoice_finalize(*, actor: Any, tenant: Tenant, month: date) -> Invoice:
 def _freeze(*, actor: Any, tenant: Tenant, month: date, end: datetime, now: datetime) -> Invoice:
     start, _ = selectors.month_bounds(month)
     if selectors.usage_records(tenant=tenant, start=start, end=end).filter(closed=False).exists():
-        raise Conflict("Usage of this month is still open (a lease has not settled).")
+        raise Conflict(_("Usage of this month is still open (a lease has not settled)."))
     invoice = invoice_refresh(tenant=tenant, month=month)
     if invoice.status == Invoice.Status.FINAL:
         return invoice

@@ -12,6 +12,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import transaction
+from django.utils.translation import gettext as _
 
 from portal.console import selectors
 from portal.console.services import _staff
@@ -40,11 +41,11 @@ class QuotaChange:
 def _count(errors: dict[str, list[str]], name: str, value: Any, *,
            minimum: int = 0) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        errors[name] = ["Enter a whole number."]
+        errors[name] = [_("Enter a whole number.")]
     elif value < minimum:
-        errors[name] = [f"Must be at least {minimum}."]
+        errors[name] = [_("Must be at least %(n)s.") % {"n": minimum}]
     elif value > LIMITS[name]:
-        errors[name] = [f"Must be at most {LIMITS[name]}."]
+        errors[name] = [_("Must be at most %(n)s.") % {"n": LIMITS[name]}]
     else:
         return value
     return 0
@@ -58,13 +59,13 @@ def _budget(errors: dict[str, list[str]], value: Any) -> Decimal | None:
     except (InvalidOperation, ValueError):
         budget = Decimal("NaN")
     if not budget.is_finite():
-        errors["gpu_hour_budget"] = ["Enter a number."]
+        errors["gpu_hour_budget"] = [_("Enter a number.")]
     elif budget < 0:
-        errors["gpu_hour_budget"] = ["Must not be negative."]
+        errors["gpu_hour_budget"] = [_("Must not be negative.")]
     elif budget > BUDGET_MAX:
-        errors["gpu_hour_budget"] = [f"Must be at most {BUDGET_MAX}."]
+        errors["gpu_hour_budget"] = [_("Must be at most %(n)s.") % {"n": BUDGET_MAX}]
     elif budget != budget.quantize(Decimal("0.01")):
-        errors["gpu_hour_budget"] = ["At most 2 decimal places."]
+        errors["gpu_hour_budget"] = [_("At most 2 decimal places.")]
     else:
         return budget.quantize(Decimal("0.01"))
     return None
@@ -72,15 +73,16 @@ def _budget(errors: dict[str, list[str]], value: Any) -> Decimal | None:
 
 def _model(tenant: Tenant, gpu_model: Any) -> str:
     if not isinstance(gpu_model, str):
-        raise ApplicationError("Unknown GPU model.", fields={"gpu_model": ["Unknown GPU model."]})
+        raise ApplicationError(_("Unknown GPU model."),
+                               fields={"gpu_model": [_("Unknown GPU model.")]})
     model: str = gpu_model.strip()
     if model == "" or model in selectors.gpu_models():
         return model
     # A model that left the inventory may still have a row: it can be edited, not created.
     if Quota.objects.filter(tenant=tenant, gpu_model=model).exists():
         return model
-    raise ApplicationError(f"No GPUs of model {model!r} are in the inventory.",
-                           fields={"gpu_model": ["Not a GPU model of the inventory."]})
+    raise ApplicationError(_("No GPUs of model %(model)s are in the inventory.") % {"model": model},
+                           fields={"gpu_model": [_("Not a GPU model of the inventory.")]})
 
 
 def quota_warnings(*, tenant: Tenant, gpu_model: str, max_gpus: int,
@@ -93,18 +95,19 @@ def quota_warnings(*, tenant: Tenant, gpu_model: str, max_gpus: int,
     in_use = selectors.quota_in_use(gpu_model, held, own)
     lowered = before is None or max_gpus < before.max_gpus
     if lowered and max_gpus < in_use:
-        out["max_gpus"] = (f"The tenant holds {in_use.normalize():f} GPUs of this quota now, "
-                           f"more than {max_gpus}. Running leases are not preempted; new "
-                           f"orders wait until usage is under the limit.")
+        out["max_gpus"] = _(
+            "The tenant holds %(held)s GPUs of this quota now, more than %(limit)s. Running "
+            "leases are not preempted; new orders wait until usage is under the limit.") % {
+            "held": f"{in_use.normalize():f}", "limit": max_gpus}
     if gpu_hour_budget is not None and (
             before is None or before.gpu_hour_budget is None
             or gpu_hour_budget < before.gpu_hour_budget):
         used = selectors.gpu_hours_this_month(tenant)
         if gpu_hour_budget < used:
-            out["gpu_hour_budget"] = (
-                f"{used} GPU-hours are already used or planned this month, more than "
-                f"{gpu_hour_budget}. Running leases are not preempted; new orders are "
-                f"refused until next month.")
+            out["gpu_hour_budget"] = _(
+                "%(used)s GPU-hours are already used or planned this month, more than "
+                "%(budget)s. Running leases are not preempted; new orders are refused until "
+                "next month.") % {"used": used, "budget": gpu_hour_budget}
     return out
 
 
@@ -127,20 +130,20 @@ def quota_set(*, actor: Any, tenant: Tenant, gpu_model: str, max_gpus: int,
     max_gpus = _count(errors, "max_gpus", max_gpus)
     guaranteed_gpus = _count(errors, "guaranteed_gpus", guaranteed_gpus)
     if not errors and guaranteed_gpus > max_gpus:
-        errors["guaranteed_gpus"] = ["Must not exceed max GPUs."]
+        errors["guaranteed_gpus"] = [_("Must not exceed max GPUs.")]
     budget = _budget(errors, gpu_hour_budget)
     max_lease_hours = _count(errors, "max_lease_hours", max_lease_hours, minimum=1)
     if max_pending_orders is not None:
         max_pending_orders = _count(errors, "max_pending_orders", max_pending_orders)
     if errors:
-        raise ApplicationError("Check the quota's values.", fields=errors)
+        raise ApplicationError(_("Check the quota's values."), fields=errors)
     # Serialise quota edits of one tenant (no-key lock: rows referencing it stay insertable).
     Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).first()
     before = Quota.objects.select_for_update().filter(tenant=tenant, gpu_model=gpu_model).first()
     warnings = quota_warnings(tenant=tenant, gpu_model=gpu_model, max_gpus=max_gpus,
                               gpu_hour_budget=budget, before=before)
     if warnings and not confirm:
-        raise ApplicationError("This lowers a limit below current use; confirm to apply it.",
+        raise ApplicationError(_("This lowers a limit below current use; confirm to apply it."),
                                fields={k: [v] for k, v in warnings.items()}, code=CONFIRM)
     quota = before or Quota(tenant=tenant, gpu_model=gpu_model)
     old = {name: getattr(quota, name) for name in FIELDS} if before else {}
