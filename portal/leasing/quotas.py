@@ -6,7 +6,7 @@ from calendar import monthrange
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Q
+from django.db.models import F, Q, Sum
 
 from portal.leasing.models import Allocation, Lease, LeaseState, Quota
 from portal.tenants.models import Tenant
@@ -14,6 +14,8 @@ from portal.tenants.models import Tenant
 COMMITTED = (LeaseState.QUEUED, LeaseState.SCHEDULED, LeaseState.PROVISIONING,
              LeaseState.ACTIVE, LeaseState.RELEASING)
 PENDING = (LeaseState.REQUESTED, LeaseState.QUEUED, LeaseState.SCHEDULED)
+# What counts against a member's personal limit: every lease not yet in a terminal state.
+MEMBER_COUNTED = (LeaseState.REQUESTED, *COMMITTED)
 
 
 def quota_for(tenant: Tenant, model: str) -> Quota | None:
@@ -63,3 +65,18 @@ def gpu_hours_committed(tenant: Tenant, month_start: datetime, month_end: dateti
 
 def pending_orders(tenant: Tenant) -> int:
     return Lease.objects.filter(tenant=tenant, state__in=PENDING).count()
+
+
+def member_gpus(tenant: Tenant, user_ids: list[object] | None = None) -> dict[object, Decimal]:
+    """GPUs (fractions counted as such) of each member's own non-terminal leases in ``tenant``.
+
+    Keyed by user id (``Lease.created_by``); members without such leases are absent.
+    """
+    qs = Lease.objects.filter(tenant=tenant, state__in=MEMBER_COUNTED,
+                              created_by__isnull=False)
+    if user_ids is not None:
+        qs = qs.filter(created_by_id__in=user_ids)
+    rows = (qs.values("created_by_id")
+            .annotate(milli=Sum(F("gpu_count") * F("nodes") * F("gpu_milli")))
+            .order_by())
+    return {r["created_by_id"]: Decimal(r["milli"] or 0) / 1000 for r in rows}

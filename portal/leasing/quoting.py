@@ -22,6 +22,7 @@ from portal.leasing.services import (
     _check_shape,
     _models_available,
     _window,
+    check_member_limit,
 )
 from portal.leasing.services import check_limits as _limits
 from portal.tenants.access import AnyUser, require_role
@@ -52,10 +53,12 @@ def _probe(tenant: Tenant, spec: OrderSpec, window: Window, models: list[str],
     return allocation.preview(lease, now)
 
 
-def _fits(tenant: Tenant, spec: OrderSpec, window: Window, models: list[str]) -> tuple[
-        bool, bool, list[str]]:
+def _fits(actor: AnyUser, tenant: Tenant, spec: OrderSpec, window: Window,
+          models: list[str]) -> tuple[bool, bool, list[str]]:
+    """(fits quota, fits budget, messages); a personal limit counts as quota."""
     try:
         _limits(tenant, spec, window, models, count_pending=False)
+        check_member_limit(actor, tenant, spec)
     except ApplicationError as exc:
         budget = isinstance(exc, BudgetExceeded)
         return budget, not budget, [exc.message]
@@ -93,7 +96,7 @@ def order_quote(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec) -> QuoteResu
     window = _window(spec, now)
     with transaction.atomic():
         result = _probe(tenant, spec, window, models, now)
-        fits_quota, fits_budget, messages = _fits(tenant, spec, window, models)
+        fits_quota, fits_budget, messages = _fits(actor, tenant, spec, window, models)
         model = result.placement.model if result.placement else models[0]
         gpus = Decimal(spec.gpu_count * spec.nodes * spec.gpu_milli) / 1000
         price, currency = estimate(tenant=tenant, gpu_model=model, priority=spec.priority,

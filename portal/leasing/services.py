@@ -25,12 +25,13 @@ from portal.leasing.models import LeaseState as S
 from portal.leasing.quotas import (
     gpu_hours_committed,
     gpus_held,
+    member_gpus,
     month_bounds,
     pending_orders,
     quota_for,
 )
 from portal.tenants.access import AnyUser, require_role
-from portal.tenants.models import Role, Tenant
+from portal.tenants.models import Membership, Role, Tenant
 
 MAX_GPUS_PER_NODE = 16
 MAX_NODES = 512
@@ -69,6 +70,10 @@ class OrderRejected(ApplicationError):
 
 class BudgetExceeded(OrderRejected):
     """Over the monthly GPU-hour budget (same code; quotes tell it from a quota refusal)."""
+
+
+class MemberLimitExceeded(OrderRejected):
+    """Over the ordering member's personal limit inside the tenant (same code)."""
 
 
 def _err(fld: str, msg: str, exc: type[ApplicationError] = ApplicationError) -> ApplicationError:
@@ -165,6 +170,35 @@ def check_limits(tenant: Tenant, spec: OrderSpec, window: Window, models: list[s
     _check_budget(tenant, models, window, total, exclude_lease)
 
 
+def _gpus_text(value: Decimal) -> str:
+    """4 → "4", 4.500 → "4.5" (no exponent, no trailing zeros)."""
+    return f"{value.normalize():f}"
+
+
+def check_member_limit(actor: AnyUser, tenant: Tenant, spec: OrderSpec) -> None:
+    """The ordering member's personal limit (``Membership.max_gpus``), if they have one.
+
+    Counts the GPUs of every non-terminal lease the member created in this tenant (through
+    the portal or any of their API keys: a key acts as its user), fractions as fractions,
+    plus this order. Not checked on extension: an extension adds time, not GPUs.
+
+    Concurrency: ``order_create`` holds the tenant's row lock (FOR NO KEY UPDATE) while it
+    calls this and until it commits, so two orders of one member are serialised: the second
+    one counts the first one's lease and cannot pass on a stale sum.
+    """
+    if not actor.is_authenticated:
+        return
+    limit = (Membership.objects.filter(tenant=tenant, user=actor)
+             .values_list("max_gpus", flat=True).first())
+    if limit is None:  # no membership (staff) or no personal limit
+        return
+    held = member_gpus(tenant, [actor.pk]).get(actor.pk, Decimal(0))
+    if held + _total_gpus(spec) > limit:
+        raise _err("gpu_count", _("Your personal limit in this tenant is %(limit)s GPUs; "
+                                  "you hold or wait for %(held)s.")
+                   % {"limit": limit, "held": _gpus_text(held)}, MemberLimitExceeded)
+
+
 def _max_pending(tenant: Tenant, models: list[str]) -> int:
     limits = [q.max_pending_orders for m in models if (q := quota_for(tenant, m))]
     return min(limits) if limits else 20
@@ -195,6 +229,7 @@ def validate_order(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
     models = _models_available(spec)
     window = _window(spec, now)
     check_limits(tenant, spec, window, models)
+    check_member_limit(actor, tenant, spec)
     return window, models
 
 
@@ -202,8 +237,9 @@ def validate_order(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
 def order_create(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
                  idempotency_key: str | None = None) -> Lease:
     """Validate and queue an order; a scheduling pass runs when the transaction commits."""
-    # One order at a time per tenant: the pending-orders and quota checks below count rows,
-    # and two concurrent orders would both pass them (seen in the race harness).
+    # One order at a time per tenant: the pending-orders, quota and per-member limit checks
+    # below count rows, and two concurrent orders would both pass them (seen in the race
+    # harness). The lock is held until commit, so the next order counts this one's lease.
     Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).first()
     now = clock.now()
     window, models = validate_order(actor=actor, tenant=tenant, spec=spec, now=now)

@@ -50,6 +50,10 @@ class Membership(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
                              related_name="memberships")
     role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    max_gpus = models.PositiveIntegerField(
+        null=True, blank=True,
+        help_text="personal GPU limit inside the tenant (own non-terminal leases); "
+                  "empty = none")
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:

@@ -132,6 +132,33 @@ def membership_change_role(*, actor: AnyUser, member: Membership, role: str) -> 
     return member
 
 
+MAX_MEMBER_GPUS = 100_000
+
+
+@transaction.atomic
+def membership_set_limit(*, actor: AnyUser, membership: Membership,
+                         max_gpus: int | None) -> Membership:
+    """Set (or clear, with None) a member's personal GPU limit inside their tenant.
+
+    Owners and admins only. The limit is checked when that member orders
+    (``portal.leasing.services.check_member_limit``); leases already placed are kept.
+    """
+    require_role(actor, membership.tenant, Role.ADMIN)
+    if max_gpus is not None and (isinstance(max_gpus, bool) or not isinstance(max_gpus, int)
+                                 or not 0 <= max_gpus <= MAX_MEMBER_GPUS):
+        msg = _("A whole number of GPUs between 0 and %(max)s, or empty for no limit.") % {
+            "max": MAX_MEMBER_GPUS}
+        raise ApplicationError(msg, fields={"max_gpus": [msg]})
+    member = Membership.objects.select_for_update().select_related("tenant", "user").get(
+        pk=membership.pk)
+    old = member.max_gpus
+    member.max_gpus = max_gpus
+    member.save(update_fields=["max_gpus"])
+    audit_record(actor=actor, action="membership.limit", obj=member, tenant=member.tenant,
+                 changes={"user": member.user.get_username(), "max_gpus": [old, max_gpus]})
+    return member
+
+
 @transaction.atomic
 def membership_remove(*, actor: AnyUser, member: Membership) -> None:
     require_role(actor, member.tenant, Role.ADMIN)

@@ -144,6 +144,12 @@ class RoleForm(forms.Form):
     role = forms.ChoiceField(label=_("Role"), choices=ROLE_CHOICES)
 
 
+class MemberLimitForm(forms.Form):
+    max_gpus = forms.IntegerField(
+        label=_("Personal GPU limit"), required=False, min_value=0,
+        widget=forms.NumberInput(attrs={"min": 0, "step": 1, "style": "width:6rem"}))
+
+
 class ApiKeyForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=100)
     expires_at = forms.DateTimeField(label=_("Expires (UTC, optional)"), required=False,

@@ -34,6 +34,8 @@ urlpatterns = [
     path("usage/", tenant_admin.usage, name="usage"),
     path("tenant/members/", tenant_admin.members, name="members"),
     path("tenant/members/<uuid:member_id>/role/", tenant_admin.member_role, name="member_role"),
+    path("tenant/members/<uuid:member_id>/limit/", tenant_admin.member_limit,
+         name="member_limit"),
     path("tenant/members/<uuid:member_id>/remove/", tenant_admin.member_remove,
          name="member_remove"),
     path("tenant/api-keys/", tenant_admin.api_keys, name="api_keys"),

@@ -6,6 +6,7 @@ from django.utils.translation import gettext as _
 from rest_framework import serializers
 
 from portal.tenants.models import ApiKey, Membership, Role, Tenant
+from portal.tenants.services import MAX_MEMBER_GPUS
 
 
 class TenantSerializer(serializers.ModelSerializer[Tenant]):
@@ -47,8 +48,8 @@ class MembershipSerializer(serializers.ModelSerializer[Membership]):
 
     class Meta:
         model = Membership
-        fields = ["id", "username", "email", "role", "created"]
-        read_only_fields = ["id", "username", "email", "created"]
+        fields = ["id", "username", "email", "role", "max_gpus", "created"]
+        read_only_fields = ["id", "username", "email", "max_gpus", "created"]
 
 
 class MembershipCreateSerializer(serializers.Serializer[None]):
@@ -63,7 +64,16 @@ class MembershipCreateSerializer(serializers.Serializer[None]):
 
 
 class MembershipUpdateSerializer(serializers.Serializer[None]):
-    role = serializers.ChoiceField(choices=Role.choices)
+    role = serializers.ChoiceField(choices=Role.choices, required=False)
+    max_gpus = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=MAX_MEMBER_GPUS,
+        help_text="Personal GPU limit inside the tenant; null clears it (no limit).")
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        if not attrs:
+            raise serializers.ValidationError(
+                {"role": [_("Give a role, a GPU limit (max_gpus) or both.")]})
+        return attrs
 
 
 class ApiKeySerializer(serializers.ModelSerializer[ApiKey]):

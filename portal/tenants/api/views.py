@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.utils.translation import gettext as _
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, status, viewsets
@@ -77,7 +78,8 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
 
 class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
                         mixins.DestroyModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
-    """Members of a tenant. Viewers and up read; admins add, change and remove."""
+    """Members of a tenant. Viewers and up read; admins add, change (role, personal GPU
+    limit `max_gpus`: null = none) and remove."""
 
     serializer_class = s.MembershipSerializer
     queryset = Membership.objects.none()  # typing for the schema; get_queryset scopes
@@ -103,8 +105,14 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         member = self.get_object()
         body = s.MembershipUpdateSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        member = services.membership_change_role(actor=request.user, member=member,
-                                                 role=body.validated_data["role"])
+        data = body.validated_data
+        with transaction.atomic():  # both changes or neither
+            if "role" in data:
+                member = services.membership_change_role(actor=request.user, member=member,
+                                                         role=data["role"])
+            if "max_gpus" in data:
+                member = services.membership_set_limit(actor=request.user, membership=member,
+                                                       max_gpus=data["max_gpus"])
         return Response(s.MembershipSerializer(member).data)
 
     def perform_destroy(self, instance: Membership) -> None:

@@ -12,11 +12,12 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from portal.core.errors import ApplicationError
+from portal.leasing.quotas import member_gpus
 from portal.tenants import services
 from portal.tenants.models import Membership, Role
 from portal.tenants.selectors import api_key_list, membership_list
 from portal.web import panels
-from portal.web.forms import ApiKeyForm, InviteForm, RoleForm
+from portal.web.forms import ApiKeyForm, InviteForm, MemberLimitForm, RoleForm
 from portal.web.views._common import apply_errors, can, tenant_page
 from portal.web.views.dashboard import quota_rows
 
@@ -31,6 +32,31 @@ def _member(request: HttpRequest, member_id: Any) -> Membership:
     if member is None:
         raise Http404
     return member
+
+
+def _members_page(request: HttpRequest, form: InviteForm,
+                  limit_form: MemberLimitForm | None = None,
+                  limit_member: Any = None) -> HttpResponse:
+    """The members table (role, personal GPU limit and use) and the invite form.
+
+    ``limit_form`` is a rejected limit form, shown with its errors in ``limit_member``'s row.
+    """
+    tenant = request.tenant  # type: ignore[attr-defined]
+    members = list(membership_list(user=request.user, tenant=tenant).order_by("user__username"))
+    use = member_gpus(tenant, [m.user_id for m in members])
+    rows = []
+    for m in members:
+        bad = limit_form is not None and m.pk == limit_member
+        rows.append({
+            "m": m, "form": RoleForm(initial={"role": m.role}, prefix=str(m.pk)),
+            "limit_form": limit_form if bad else MemberLimitForm(
+                initial={"max_gpus": m.max_gpus}, prefix=f"limit-{m.pk}"),
+            "in_use": use.get(m.user_id, 0),
+        })
+    failed = bool(form.errors) or (limit_form is not None and bool(limit_form.errors))
+    return render(request, "web/members.html", {
+        "form": form, "rows": rows, "may_admin": can(request, Role.ADMIN),
+    }, status=400 if failed else 200)
 
 
 @tenant_page()
@@ -48,11 +74,7 @@ def members(request: HttpRequest) -> HttpResponse:
             messages.success(request, _("%(user)s joined the tenant.")
                              % {"user": member.user.get_username()})
             return redirect("web:members")
-    rows = [{"m": m, "form": RoleForm(initial={"role": m.role}, prefix=str(m.pk))}
-            for m in membership_list(user=request.user, tenant=tenant).order_by("user__username")]
-    return render(request, "web/members.html", {
-        "form": form, "rows": rows, "may_admin": can(request, Role.ADMIN),
-    }, status=400 if form.errors else 200)
+    return _members_page(request, form)
 
 
 @require_POST
@@ -71,6 +93,30 @@ def member_role(request: HttpRequest, member_id: Any) -> HttpResponse:
     else:
         messages.error(request, _("Choose a valid role."))
     return redirect("web:members")
+
+
+@require_POST
+@tenant_page(Role.ADMIN)
+def member_limit(request: HttpRequest, member_id: Any) -> HttpResponse:
+    """Set or clear (empty field) a member's personal GPU limit; errors shown in the row."""
+    member = _member(request, member_id)
+    form = MemberLimitForm(request.POST, prefix=f"limit-{member.pk}")
+    if form.is_valid():
+        try:
+            services.membership_set_limit(actor=request.user, membership=member,
+                                          max_gpus=form.cleaned_data["max_gpus"])
+        except ApplicationError as exc:
+            apply_errors(form, exc)
+        else:
+            user = member.user.get_username()
+            if form.cleaned_data["max_gpus"] is None:
+                messages.success(request, _("%(user)s has no personal GPU limit now.")
+                                 % {"user": user})
+            else:
+                messages.success(request, _("%(user)s may now hold up to %(limit)s GPUs.")
+                                 % {"user": user, "limit": form.cleaned_data["max_gpus"]})
+            return redirect("web:members")
+    return _members_page(request, InviteForm(), form, member.pk)
 
 
 @require_POST
