@@ -73,7 +73,8 @@ def credit_create(*, actor: Any, tenant: Tenant, amount: Decimal, description: s
                   category: str = CreditLine.Category.CREDIT, lease: Any = None) -> CreditLine:
     """A manual credit (negative) or adjustment; lands on the first open invoice."""
     if category == CreditLine.Category.CREDIT and amount > 0:
-        raise ApplicationError(_("A credit is a negative amount."), fields={"amount": [_("> 0")]})
+        raise ApplicationError(_("A credit is a negative amount."),
+                               fields={"amount": [_("must be negative")]})
     source = month_of(period_start)
     line = CreditLine.objects.create(
         tenant=tenant, lease=lease, month=_draft_month(tenant, source), source_month=source,
