@@ -44,3 +44,46 @@ def drive(rounds: int = 4) -> None:
             for node in nodes:
                 simulate_apply(node=node)
             check_leases_on([n.pk for n in nodes])
+
+
+def small_pool() -> tuple[Any, Any]:
+    """4 H100 nodes × 8 under 2 leaves; tenants a (quota 16, 8 guaranteed, 1000 GPU-hours,
+    48 h leases) and b (quota 8). Callers add the members they need."""
+    from portal.inventory.generator import ClusterSpec, cluster_generate
+    from portal.leasing.models import Quota
+    from tests.portal.factories import make_tenant
+
+    cluster_generate(actor=None, spec=ClusterSpec(nodes=4, gpus_per_node=8, nodes_per_leaf=2,
+                                                  spines=1, model="H100"))
+    a, b = make_tenant("a"), make_tenant("b")
+    Quota.objects.create(tenant=a, gpu_model="H100", max_gpus=16, guaranteed_gpus=8,
+                         gpu_hour_budget=1000, max_lease_hours=48)
+    Quota.objects.create(tenant=b, gpu_model="H100", max_gpus=8, guaranteed_gpus=0)
+    return a, b
+
+
+def in_threads(n: int, fn: Any) -> list[Any]:
+    """Run ``fn(i)`` for i < n in n threads released together (each with its own database
+    connection, closed after); re-raises nothing, asserts no thread failed."""
+    import threading
+
+    from django.db import connection
+
+    barrier, results, errors = threading.Barrier(n), [None] * n, []
+
+    def run(i: int) -> None:
+        try:
+            barrier.wait()
+            results[i] = fn(i)
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    return results

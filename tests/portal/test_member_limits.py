@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.test import Client
 from django.urls import reverse
 from django.utils import translation
 
 from portal.core.errors import ApplicationError, PermissionDenied
 from portal.core.models import AuditLog
-from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.leasing import quoting, services
-from portal.leasing.models import Lease, Quota
+from portal.leasing.models import Lease
 from portal.tenants import services as tenant_services
 from portal.tenants.models import Membership, Role
 from tests.portal import driving
-from tests.portal.driving import drive
-from tests.portal.factories import add_member, client_for, make_tenant
+from tests.portal.driving import drive, in_threads
+from tests.portal.factories import add_member, client_for
 
 # Shared fixtures (tests/portal/driving.py), as in tests/portal/leasing/conftest.py.
 frozen_clock = driving.frozen_clock
@@ -39,12 +35,7 @@ def _no_axes_between_tests(settings: Any) -> None:
 def pool(db: Any, frozen_clock: datetime) -> dict[str, Any]:
     """4 H100 nodes × 8; tenant a (quota 16: olga owner, adam admin, alice and ann members,
     vic viewer), tenant b (bob admin)."""
-    cluster_generate(actor=None, spec=ClusterSpec(nodes=4, gpus_per_node=8, nodes_per_leaf=2,
-                                                  spines=1, model="H100"))
-    a, b = make_tenant("a"), make_tenant("b")
-    Quota.objects.create(tenant=a, gpu_model="H100", max_gpus=16, guaranteed_gpus=8,
-                         gpu_hour_budget=1000, max_lease_hours=48)
-    Quota.objects.create(tenant=b, gpu_model="H100", max_gpus=8, guaranteed_gpus=0)
+    a, b = driving.small_pool()
     return {"a": a, "b": b, "olga": add_member(a, "olga", Role.OWNER),
             "adam": add_member(a, "adam", Role.ADMIN),
             "alice": add_member(a, "alice", Role.MEMBER),
@@ -294,27 +285,6 @@ def test_members_page_shows_limit_and_use_and_sets_it(pool: dict[str, Any]) -> N
 
 
 # --- concurrency (PostgreSQL) ---------------------------------------------------------
-
-def in_threads(n: int, fn: Callable[[int], Any]) -> list[Any]:
-    barrier, results, errors = threading.Barrier(n), [None] * n, []
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = fn(i)
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    return results
-
 
 @pytest.mark.services("postgres")
 @pytest.mark.django_db(transaction=True)

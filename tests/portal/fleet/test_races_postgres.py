@@ -2,41 +2,16 @@
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-from typing import Any
-
 import pytest
-from django.db import connection
 
 from portal.fleet import services
 from portal.fleet.models import AgentReport, TenantPartition
 from portal.fleet.services.ingest import report_ingest
+from tests.portal.driving import in_threads
 from tests.portal.factories import make_tenant
 from tests.portal.fleet.helpers import make_node, report
 
 pytestmark = [pytest.mark.services("postgres"), pytest.mark.django_db(transaction=True)]
-
-
-def in_threads(n: int, fn: Callable[[int], Any]) -> list[Any]:
-    barrier, results, errors = threading.Barrier(n), [None] * n, []
-
-    def run(i: int) -> None:
-        try:
-            barrier.wait()
-            results[i] = fn(i)
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors
-    return results
 
 
 def test_parallel_allocations_get_distinct_keys() -> None:

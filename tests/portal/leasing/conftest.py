@@ -5,12 +5,10 @@ from typing import Any
 
 import pytest
 
-from portal.inventory.generator import ClusterSpec, cluster_generate
-from portal.leasing.models import Quota
 from portal.tenants.models import Role
 from tests.portal import driving
 from tests.portal.driving import drive
-from tests.portal.factories import add_member, make_tenant
+from tests.portal.factories import add_member
 
 # Shared fixtures (tests/portal/driving.py), made visible to this directory's tests.
 frozen_clock = driving.frozen_clock
@@ -21,12 +19,7 @@ __all__ = ["drive", "frozen_clock", "run_on_commit"]
 @pytest.fixture
 def pool(db: Any, frozen_clock: datetime) -> dict[str, Any]:
     """4 H100 nodes × 8 under 2 leaves; tenants a (quota 16) and b (quota 8)."""
-    cluster_generate(actor=None, spec=ClusterSpec(nodes=4, gpus_per_node=8, nodes_per_leaf=2,
-                                                  spines=1, model="H100"))
-    a, b = make_tenant("a"), make_tenant("b")
-    Quota.objects.create(tenant=a, gpu_model="H100", max_gpus=16, guaranteed_gpus=8,
-                         gpu_hour_budget=1000, max_lease_hours=48)
-    Quota.objects.create(tenant=b, gpu_model="H100", max_gpus=8, guaranteed_gpus=0)
+    a, b = driving.small_pool()
     return {"a": a, "b": b, "alice": add_member(a, "alice", Role.MEMBER),
             "bob": add_member(b, "bob", Role.MEMBER), "viewer": add_member(a, "vic", Role.VIEWER)}
 

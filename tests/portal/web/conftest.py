@@ -13,13 +13,12 @@ import pytest
 from django.test import Client
 
 from portal.core import clock
-from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.leasing import services
-from portal.leasing.models import Lease, Quota
+from portal.leasing.models import Lease
 from portal.tenants.models import Role
 from tests.portal import driving
 from tests.portal.driving import drive
-from tests.portal.factories import add_member, make_tenant
+from tests.portal.factories import add_member
 
 # Shared fixtures (tests/portal/driving.py), made visible to this directory's tests.
 frozen_clock = driving.frozen_clock
@@ -35,12 +34,7 @@ def _no_axes_between_tests(settings: Any) -> None:
 @pytest.fixture
 def pool(db: Any, frozen_clock: datetime) -> dict[str, Any]:
     """4 H100 nodes × 8; tenant a (alice member, adam admin, vic viewer), tenant b (bob)."""
-    cluster_generate(actor=None, spec=ClusterSpec(nodes=4, gpus_per_node=8, nodes_per_leaf=2,
-                                                  spines=1, model="H100"))
-    a, b = make_tenant("a"), make_tenant("b")
-    Quota.objects.create(tenant=a, gpu_model="H100", max_gpus=16, guaranteed_gpus=8,
-                         gpu_hour_budget=1000, max_lease_hours=48)
-    Quota.objects.create(tenant=b, gpu_model="H100", max_gpus=8, guaranteed_gpus=0)
+    a, b = driving.small_pool()
     return {"a": a, "b": b, "alice": add_member(a, "alice", Role.MEMBER),
             "adam": add_member(a, "adam", Role.ADMIN),
             "vic": add_member(a, "vic", Role.VIEWER), "bob": add_member(b, "bob", Role.MEMBER)}
