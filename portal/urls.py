@@ -4,6 +4,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from portal.core import views as core_views
+from portal.web.views import account as account_views
 
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
@@ -17,6 +18,6 @@ urlpatterns = [
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="swagger-ui"),
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
-    path("i18n/", include("django.conf.urls.i18n")),
+    path("i18n/setlang/", account_views.set_language, name="set_language"),
     path("", include("portal.web.urls")),
 ]

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.mail import send_mail
 from django.db import transaction
+from django.utils import translation
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from portal.leasing.models import Lease, LeaseState
 from portal.tenants.models import Membership, Role
@@ -39,21 +45,46 @@ def _broadcast(group: str, message: dict[str, Any]) -> None:
         log.exception("could not broadcast lease event")
 
 
-def _recipients(lease: Lease) -> list[str]:
-    emails = set(Membership.objects.filter(tenant=lease.tenant, role__in=[
-        Role.OWNER, Role.ADMIN]).values_list("user__email", flat=True))
-    if lease.created_by is not None and lease.created_by.email:
-        emails.add(lease.created_by.email)
-    return sorted(e for e in emails if e)
+def _recipients(lease: Lease) -> dict[str, list[str]]:
+    """E-mail addresses by the language each person picked in the portal ("" = default)."""
+    rows = list(Membership.objects.filter(tenant=lease.tenant, role__in=[
+        Role.OWNER, Role.ADMIN]).values_list("user__email", "user__preference__language"))
+    if lease.created_by_id is not None:
+        rows += list(get_user_model().objects.filter(pk=lease.created_by_id)
+                     .values_list("email", "preference__language"))
+    by_language: dict[str, set[str]] = {}
+    for email, language in rows:
+        if email:
+            by_language.setdefault(language or "", set()).add(email)
+    seen: set[str] = set()
+    out: dict[str, list[str]] = {}
+    for language in sorted(by_language, key=lambda x: (x == "", x)):  # chosen ones first
+        emails = sorted(by_language[language] - seen)
+        seen |= set(emails)
+        if emails:
+            out[language] = emails
+    return out
 
 
-def _mail(lease: Lease, subject: str, body: str) -> None:
-    to = _recipients(lease)
-    if to:
+Compose = Callable[[], tuple[str, str]]
+
+
+def _mail(lease: Lease, compose: Compose) -> None:
+    """One message per language, each written in it (``compose`` runs under that language)."""
+    for language, to in _recipients(lease).items():
         try:
+            with translation.override(language or settings.LANGUAGE_CODE):
+                subject, body = compose()
             send_mail(subject, body, None, to, fail_silently=False)
         except Exception:
             log.exception("could not send lease mail")
+
+
+# The states that are mailed, as words in a sentence ("… is now active").
+STATE_WORDS = {LeaseState.ACTIVE: gettext_lazy("active"), LeaseState.ENDED: gettext_lazy("ended"),
+               LeaseState.EXPIRED: gettext_lazy("expired"),
+               LeaseState.FAILED: gettext_lazy("failed"),
+               LeaseState.PREEMPTED: gettext_lazy("preempted")}
 
 
 def lease_changed(lease: Lease) -> None:
@@ -61,19 +92,31 @@ def lease_changed(lease: Lease) -> None:
     state = lease.state
     transaction.on_commit(lambda: _broadcast(group, message))
     if state in EMAIL_STATES:
-        subject = f"[gpupool] {lease} is {lease.get_state_display().lower()}"
-        body = f"Lease {lease} ({lease.pk}) is now {state}. {lease.state_reason}"
-        transaction.on_commit(lambda: _mail(lease, subject, body))
+        name, pk, reason = str(lease), lease.pk, lease.state_reason
+
+        def compose() -> tuple[str, str]:
+            words = {"lease": name, "id": pk, "state": STATE_WORDS[state]}
+            subject = _("[gpupool] %(lease)s is %(state)s") % words
+            # Fixed reasons are msgids of the catalogue (portal/web/labels.py REASONS).
+            body = _("Lease %(lease)s (%(id)s) is now %(state)s.") % words
+            return subject, f"{body} {_(reason) if reason else ''}".rstrip()
+
+        transaction.on_commit(lambda: _mail(lease, compose))
 
 
 def expiring(lease: Lease, minutes: int) -> None:
     group, message = tenant_group(lease.tenant_id), _payload(lease)
     message["event"]["warning"] = f"ends in {minutes} minutes"
     transaction.on_commit(lambda: _broadcast(group, message))
-    subject = f"[gpupool] {lease} ends in {minutes} minutes"
-    body = (f"Lease {lease} ({lease.pk}) ends at {lease.end_at:%Y-%m-%d %H:%M} UTC. "
-            "Extend it in the portal if you need more time.")
-    transaction.on_commit(lambda: _mail(lease, subject, body))
+    words = {"lease": str(lease), "id": lease.pk, "minutes": minutes,
+             "end": f"{lease.end_at:%Y-%m-%d %H:%M}"}
+
+    def compose() -> tuple[str, str]:
+        return (_("[gpupool] %(lease)s ends in %(minutes)s minutes") % words,
+                _("Lease %(lease)s (%(id)s) ends at %(end)s UTC. Extend it in the portal if you "
+                  "need more time.") % words)
+
+    transaction.on_commit(lambda: _mail(lease, compose))
 
 
 def preempting(lease: Lease, at: Any) -> None:
@@ -81,8 +124,14 @@ def preempting(lease: Lease, at: Any) -> None:
     group, message = tenant_group(lease.tenant_id), _payload(lease)
     message["event"]["warning"] = f"preempted at {at:%H:%M:%S} UTC"
     transaction.on_commit(lambda: _broadcast(group, message))
-    subject = f"[gpupool] {lease} will be preempted at {at:%H:%M} UTC"
-    body = (f"Lease {lease} ({lease.pk}) is a spot lease and its GPUs are needed by an "
-            f"on-demand order: it ends at {at:%Y-%m-%d %H:%M:%S} UTC. Save your work; "
-            "order an on-demand or reserved lease for work that must not be interrupted.")
-    transaction.on_commit(lambda: _mail(lease, subject, body))
+    words = {"lease": str(lease), "id": lease.pk, "at": f"{at:%H:%M}",
+             "when": f"{at:%Y-%m-%d %H:%M:%S}"}
+
+    def compose() -> tuple[str, str]:
+        return (_("[gpupool] %(lease)s will be preempted at %(at)s UTC") % words,
+                _("Lease %(lease)s (%(id)s) is a spot lease and its GPUs are needed by an "
+                  "on-demand order: it ends at %(when)s UTC. Save your work; order an "
+                  "on-demand or reserved lease for work that must not be interrupted.")
+                % words)
+
+    transaction.on_commit(lambda: _mail(lease, compose))

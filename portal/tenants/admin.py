@@ -1,6 +1,6 @@
 from django.contrib import admin
 
-from portal.tenants.models import ApiKey, Membership, SshPublicKey, Tenant
+from portal.tenants.models import ApiKey, Membership, SshPublicKey, Tenant, UserPreference
 
 
 class MembershipInline(admin.TabularInline):
@@ -40,3 +40,10 @@ class SshPublicKeyAdmin(admin.ModelAdmin):
     list_display = ("user", "name", "key_type", "fingerprint", "created")
     search_fields = ("user__username", "name", "fingerprint")
     readonly_fields = ("key_type", "fingerprint", "created")
+
+
+@admin.register(UserPreference)
+class UserPreferenceAdmin(admin.ModelAdmin):
+    list_display = ("user", "language")
+    search_fields = ("user__username",)
+    list_filter = ("language",)

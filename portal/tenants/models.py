@@ -115,3 +115,15 @@ class SshPublicKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} {self.fingerprint}"
+
+
+class UserPreference(models.Model):
+    """Per-user settings that outlive a browser session: the language of the e-mails the
+    portal sends them (set when they pick a language in the portal)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE,
+                                related_name="preference")
+    language = models.CharField(max_length=16, blank=True, default="")
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.language or 'default'})"

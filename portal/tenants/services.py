@@ -234,3 +234,14 @@ def api_key_authenticate(raw: str) -> ApiKey | None:
     if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
     return key
+
+
+def preference_set_language(*, user: AnyUser, language: str) -> None:
+    """Remember the language a signed-in user picked (for e-mails); unknown codes ignored."""
+    from django.conf import settings as dj_settings
+
+    from portal.tenants.models import UserPreference
+
+    if not user.is_authenticated or language not in dict(dj_settings.LANGUAGES):
+        return
+    UserPreference.objects.update_or_create(user=user, defaults={"language": language})

@@ -65,3 +65,16 @@ def tenant_switch(request: HttpRequest) -> HttpResponse:
             return redirect(target)
     messages.error(request, _("You are not a member of that tenant."))
     return redirect(target)
+
+
+def set_language(request: HttpRequest) -> HttpResponse:
+    """Django's language switch (cookie for this browser), plus, for a signed-in user, the
+    remembered choice that the e-mails they receive follow."""
+    from django.views.i18n import set_language as switch
+
+    from portal.tenants.services import preference_set_language
+
+    response = switch(request)
+    if request.method == "POST" and request.user.is_authenticated:
+        preference_set_language(user=request.user, language=request.POST.get("language", ""))
+    return response
