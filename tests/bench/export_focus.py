@@ -32,8 +32,23 @@ START = datetime(2026, 1, 1, tzinfo=UTC)
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+def _ensure_database(url: str) -> None:
+    """Create the benchmark's PostgreSQL database when it does not exist yet."""
+    from urllib.parse import urlparse
+
+    if not url.startswith(("postgres://", "postgresql://")):
+        return
+    import psycopg
+
+    name = urlparse(url).path.lstrip("/")
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/postgres", autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
 def _setup() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
+    _ensure_database(os.environ.get("DATABASE_URL", ""))
     import django
 
     django.setup()
