@@ -117,6 +117,8 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
     # What the charts draw as soon as the page opens (the socket then appends live samples).
     charts = ({"type": "telemetry", **telemetry,
                "history": live.lease_history(lease, gpus, telemetry)} if holding else None)
+    # A running spot lease under a preemption notice (orchestration._give_notice).
+    preempting = lease.state == LeaseState.ACTIVE and lease.release_kind == LeaseState.PREEMPTED
     return render(request, "web/lease.html", {
         "lease": lease,
         "events": list(lease_events(lease=lease)),
@@ -126,7 +128,9 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
         "may_act": can(request, Role.MEMBER),
         "may_cancel": lease.state in CANCELLABLE,
         "may_release": lease.state == LeaseState.ACTIVE,
-        "may_extend": lease.state in LIVE_STATES and lease.state != LeaseState.RELEASING,
+        "may_extend": lease.state in LIVE_STATES and lease.state != LeaseState.RELEASING
+        and not preempting,
+        "preempting": preempting,
         "live": lease.state in LIVE_STATES,
         "chart_labels": chart_labels(),
         "charts": charts,

@@ -125,3 +125,30 @@ def test_no_grace_preempts_at_once(full: dict[str, Any], settings: Any) -> None:
     assert mine.state == S.ACTIVE and mine.start_at == clock.now()
     assert sorted(x.state for x in _fresh(full["spot"])).count(S.PREEMPTED) == 1
     assert _overlaps() == []
+
+
+@pytest.mark.parametrize(("language", "banner"),
+                         [("en", "This spot lease is being preempted"),
+                          ("zh-hans", "此竞价租约即将被抢占")])
+def test_lease_page_shows_the_notice_and_no_extend(full: dict[str, Any], language: str,
+                                                   banner: str) -> None:
+    from django.test import Client
+    from django.urls import reverse
+    from django.utils import translation
+
+    _order(full["alice"], full["a"])
+    drive()
+    victim = next(x for x in _fresh(full["spot"]) if x.release_kind == S.PREEMPTED)
+    client = Client(HTTP_ACCEPT_LANGUAGE=language)
+    client.force_login(full["carol"])
+    try:
+        page = client.get(reverse("web:lease", kwargs={"lease_id": victim.pk}))
+    finally:
+        translation.activate("en")
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert 'id="preemption-notice"' in html and banner in html
+    assert reverse("web:lease_extend", kwargs={"lease_id": victim.pk}) not in html
+    other = next(x for x in _fresh(full["spot"]) if x.release_kind != S.PREEMPTED)
+    assert 'id="preemption-notice"' not in client.get(
+        reverse("web:lease", kwargs={"lease_id": other.pk})).content.decode()

@@ -186,7 +186,9 @@
         var msg = JSON.parse(ev.data);
         if (msg.type === "telemetry") {
           telemetry(msg);
-        } else if (msg.type === "lease" && msg.state !== state) {
+        } else if (msg.type === "lease" && (msg.state !== state ||
+                                             (msg.event && msg.event.warning))) {
+          // A new state, or a warning (expiry, preemption notice): re-render the summary.
           state = msg.state;
           root.setAttribute("data-state", state);
           if (window.htmx) {
