@@ -136,6 +136,19 @@ def _apply_errors(form: Form, exc: ApplicationError) -> None:
 TENANT_FORMS = ("quota", "contract", "credit")
 
 
+def _add_line(request: HttpRequest, obj: Tenant, which: str, form: Any) -> str | None:
+    """Add a contract price or a credit line from a valid form; the success message, or
+    None with the service's errors put on the form."""
+    add, done = ((services.contract_add, _("Contract price added.")) if which == "contract"
+                 else (services.credit_add, _("Credit line added.")))
+    try:
+        add(actor=request.user, tenant=obj, **form.values())
+    except ApplicationError as exc:
+        _apply_errors(form, exc)
+        return None
+    return str(done)
+
+
 @staff_only
 def tenant(request: HttpRequest, slug: str) -> HttpResponse:
     """One tenant: quotas, budget, contracts, credits and invoices, with forms to change
@@ -165,18 +178,9 @@ def tenant(request: HttpRequest, slug: str) -> HttpResponse:
             except ApplicationError as exc:
                 confirm_quota = exc.code == CONFIRM
                 _apply_errors(quota_form, exc)
-        elif which == "contract" and contract_form.is_valid():
-            try:
-                services.contract_add(actor=request.user, tenant=obj, **contract_form.values())
-                done = _("Contract price added.")
-            except ApplicationError as exc:
-                _apply_errors(contract_form, exc)
-        elif which == "credit" and credit_form.is_valid():
-            try:
-                services.credit_add(actor=request.user, tenant=obj, **credit_form.values())
-                done = _("Credit line added.")
-            except ApplicationError as exc:
-                _apply_errors(credit_form, exc)
+        elif which in ("contract", "credit"):
+            form = contract_form if which == "contract" else credit_form
+            done = _add_line(request, obj, which, form) if form.is_valid() else None
         elif which not in TENANT_FORMS:
             messages.error(request, _("Unknown form."))
             return redirect("console:tenant", slug=slug)
