@@ -1,50 +1,82 @@
-"""The layering table of docs/architecture: who may import whom (AST scan, no imports run)."""
+"""The layering table (shared/design/architecture.md, "Rooms and who may enter them") is
+enforced by import-linter's contracts in `.importlinter`; these tests run them."""
 
 from __future__ import annotations
 
-import ast
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
+import grimp
+
 ROOT = Path(__file__).resolve().parents[1]
-FORBIDDEN = {
-    "scheduler": {"django", "rest_framework", "celery", "channels", "portal", "agents"},
-    "agents": {"django", "rest_framework", "celery", "channels", "portal", "scheduler"},
-    "portal": {"agents"},
-}
-# The portal reaches the scheduling core through one adapter only.
-SCHEDULER_ADAPTERS = {"portal/leasing/allocation.py"}
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+AGENTS_THIRD_PARTY = {"pynvml", "httpx", "prometheus_client"}
 
 
-def imported_roots(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    roots: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            roots |= {alias.name.split(".")[0] for alias in node.names}
-        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            roots.add(node.module.split(".")[0])
-    return roots
+def lint_imports(cwd: Path, config: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", str(config)],
+        cwd=cwd, capture_output=True, text=True, timeout=120, check=False,
+        env={"PYTHONPATH": str(cwd), "PATH": "/usr/bin:/bin"},
+    )
 
 
-def violations() -> list[str]:
-    found: list[str] = []
-    for package, banned in FORBIDDEN.items():
-        for path in sorted((ROOT / package).rglob("*.py")):
-            rel = path.relative_to(ROOT).as_posix()
-            bad = imported_roots(path) & banned
-            if package == "portal" and rel not in SCHEDULER_ADAPTERS and "scheduler" in \
-                    imported_roots(path):
-                bad.add("scheduler (only portal/leasing/allocation.py may)")
-            if bad:
-                found.append(f"{rel}: {sorted(bad)}")
+def test_import_contracts_hold() -> None:
+    result = lint_imports(ROOT, ROOT / ".importlinter")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 broken" in result.stdout
+
+
+def test_a_broken_contract_fails(tmp_path: Path) -> None:
+    """The same kind of contract on a package that imports a framework is reported broken."""
+    package = tmp_path / "purecore"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "engine.py").write_text("import json\nimport django  # noqa\n")
+    config = tmp_path / "contracts.ini"
+    config.write_text(textwrap.dedent("""\
+        [importlinter]
+        root_packages =
+            purecore
+        include_external_packages = True
+
+        [importlinter:contract:pure]
+        name = purecore is pure
+        type = forbidden
+        source_modules =
+            purecore
+        forbidden_modules =
+            django
+        """))
+    result = lint_imports(tmp_path, config)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "purecore.engine -> django" in result.stdout
+
+
+def _external_imports(package: str) -> dict[str, set[str]]:
+    graph = grimp.build_graph(package, include_external_packages=True)
+    found: dict[str, set[str]] = {}
+    for module in graph.find_descendants(package) | {package}:
+        for imported in graph.find_modules_directly_imported_by(module):
+            root = imported.split(".")[0]
+            if root != package and root not in sys.stdlib_module_names:
+                found.setdefault(module, set()).add(root)
     return found
 
 
-def test_layering_table_holds() -> None:
-    assert violations() == []
+def test_agents_import_only_their_allowed_third_party_packages() -> None:
+    """House rule 7: an agent host needs nothing but the stdlib, NVML, an HTTP client and
+    the Prometheus client."""
+    extra = {m: roots - AGENTS_THIRD_PARTY for m, roots in _external_imports("agents").items()}
+    assert {m: r for m, r in extra.items() if r} == {}
 
 
-def test_the_check_can_fail(tmp_path: Path) -> None:
-    bad = tmp_path / "x.py"
-    bad.write_text("from django.db import models\nimport portal.settings\n")
-    assert imported_roots(bad) == {"django", "portal"}
+def test_exactly_one_module_imports_pynvml() -> None:
+    users = sorted(m for m, roots in _external_imports("agents").items() if "pynvml" in roots)
+    assert users == ["agents.nvml.binding"]
+
+
+def test_scheduler_imports_only_the_standard_library() -> None:
+    assert _external_imports("scheduler") == {}
