@@ -27,8 +27,8 @@ def memberships_of(*, user: Who) -> QuerySet[Membership]:
 
 
 def api_key_list(*, user: Who) -> QuerySet[ApiKey]:
-    """A user's own keys (through a key: those for the key's tenant); platform staff see
-    all keys."""
+    """A user's own keys; platform staff see all keys. Through a key: only the user's keys
+    for the key's tenant, and none once the user can no longer act there (removed)."""
     p = principal_of(user)
     qs = ApiKey.objects.select_related("tenant", "user")
     if not p.authenticated:
@@ -37,5 +37,5 @@ def api_key_list(*, user: Who) -> QuerySet[ApiKey]:
         return qs
     qs = qs.filter(user=p.user)
     if p.via_key:
-        return qs.filter(tenant=p.key_tenant) if p.key_tenant is not None else qs.none()
+        return qs.filter(tenant__in=tenants_for(p))
     return qs
