@@ -41,8 +41,11 @@ def defuse(cell: str) -> str:
 
 
 def defuse_row(row: Iterable[Any]) -> list[Any]:
-    """A CSV row with every text cell defused (numbers and None as they are)."""
-    return [defuse(cell) if isinstance(cell, str) else cell for cell in row]
+    """A CSV row with every text cell defused (numbers and None as they are). The first
+    character is tested inline: most cells are left alone without a call."""
+    triggers, fix = TRIGGERS, defuse
+    return [fix(cell) if isinstance(cell, str) and cell[:1] in triggers else cell
+            for cell in row]
 
 
 class _LineFeeds:
