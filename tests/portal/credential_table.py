@@ -9,7 +9,10 @@ Credentials (columns, in this order):
 - ``removed``: ``ex-admin``, removed from a, presenting both their old session and the API
   key for a they made while they were a member (the API reads the key, pages the session).
 
-Objects named in URLs belong to tenant a. Expectations: an HTTP status, ``LOGIN`` (a
+Objects named in URLs belong to tenant a. A write that a credential is refused (an error
+status, the sign-in redirect, the removed member's "no tenant" page) must leave its object
+as it was; the browser session's page writes must take effect (so the bodies are real).
+Expectations: an HTTP status, ``LOGIN`` (a
 redirect to the sign-in page: pages and page downloads take a browser session only, a key
 there is nobody), or for WebSockets ``ACCEPT`` / the close code. The Django admin is one
 row (``admin:*``: Django's own staff-session check guards each of its generated views).
@@ -99,12 +102,20 @@ ROUTES: dict[str, list[Case]] = {
     "agent_api:credential": [("POST", "node_id", {}, _row(401, 401, 401, 401, 401))],
     # --- public pages ---------------------------------------------------------------------
     "healthz": [("GET", "none", {}, PUBLIC)],
-    "login": [("GET", "none", {}, PUBLIC)],
+    "login": [("GET", "none", {}, PUBLIC),  # wrong password: the form again, nobody signed in
+              ("POST", "none", {"username": "a-admin", "password": "wrong"}, PUBLIC),
+              ("PUT", "none", {}, PUBLIC)],
     "logout": [("POST", "none", {}, _row(302, 302, 302, 302, 302))],
     "set_language": [("POST", "none", {"language": "en"}, _row(302, 302, 302, 302, 302))],
-    "web:password_reset": [("GET", "none", {}, PUBLIC)],
+    "web:password_reset": [("GET", "none", {}, PUBLIC),
+                           ("POST", "none", {"email": "nobody@example.com"},
+                            _row(302, 302, 302, 302, 302)),
+                           ("PUT", "none", {}, PUBLIC)],
     "web:password_reset_done": [("GET", "none", {}, PUBLIC)],
-    "web:password_reset_confirm": [("GET", "reset", {}, PUBLIC)],
+    "web:password_reset_confirm": [("GET", "reset", {}, PUBLIC),  # a forged token: "invalid link"
+                                   ("POST", "reset", {"new_password1": "x" * 12,
+                                                      "new_password2": "x" * 12}, PUBLIC),
+                                   ("PUT", "reset", {}, PUBLIC)],
     "web:password_reset_complete": [("GET", "none", {}, PUBLIC)],
     # --- tenant pages (browser session) -----------------------------------------------------
     "web:dashboard": [("GET", "none", {}, PAGE)],
@@ -121,9 +132,10 @@ ROUTES: dict[str, list[Case]] = {
     "web:lease_cancel": [("GET", "lease_id", {}, PAGE_MEMBER)],
     "web:usage": [("GET", "none", {}, PAGE)],
     "web:members": [("GET", "none", {}, PAGE)],
-    "web:member_role": [("POST", "member_id", {"role": "viewer"},
+    # page forms: "{member}" in a field name is the member's id (the forms' prefixes)
+    "web:member_role": [("POST", "member_id", {"{member}-role": "viewer"},
                          _row(302, LOGIN, LOGIN, 403, 200))],
-    "web:member_limit": [("POST", "member_id", {"max_gpus": "2"},
+    "web:member_limit": [("POST", "member_id", {"limit-{member}-max_gpus": "2"},
                           _row(302, LOGIN, LOGIN, 403, 200))],
     "web:member_remove": [("POST", "member_id", {}, _row(302, LOGIN, LOGIN, 403, 200))],
     "web:api_keys": [("GET", "none", {}, PAGE)],

@@ -219,7 +219,7 @@ def _walk(patterns: list[Any], ns: str | None = None) -> set[tuple[str, str]]:
         view_class = getattr(entry.callback, "view_class", None)
         if actions:
             methods = {m.upper() for m in actions} - SKIP_METHODS
-        elif view_class is not None and name not in _TABLE_METHODS:
+        elif view_class is not None:
             methods = {m.upper() for m in view_class.http_method_names
                        if hasattr(view_class, m)} - SKIP_METHODS
         else:  # function views: the methods the table names for them
@@ -297,6 +297,31 @@ def _cred_kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
     }[kind]
 
 
+_WRITE_KINDS = {"member_id", "sshkey", "key_id"}
+
+
+def _state(kind: str, w: dict[str, Any]) -> Any:
+    """What a write to the object of ``kind`` would change (None: nothing tracked)."""
+    if kind in ("member_id", "membership"):
+        row = Membership.objects.filter(pk=w["membership"].pk).values_list("role", "max_gpus")
+        return list(row)
+    if kind == "sshkey":
+        return SshPublicKey.objects.filter(pk=w["ssh"].pk).exists()
+    if kind in ("key_id", "apikey"):
+        from portal.tenants.models import ApiKey
+        pk = w["admin_key"].pk if kind == "key_id" else w["apikey"].pk
+        return ApiKey.objects.filter(pk=pk).values_list("revoked_at", flat=True).first()
+    if kind in ("lease", "active_lease", "lease_id", "active_lease_id"):
+        lease = w["active_lease" if "active" in kind else "lease"]
+        return list(Lease.objects.filter(pk=lease.pk).values_list("state", "end_at"))
+    if kind in ("tenant", "tenant_slug"):
+        return (list(Membership.objects.filter(tenant__slug="a").values_list("user_id", "role")
+                     .order_by("user_id")),
+                list(type(w["membership"].tenant).objects.filter(slug="a")
+                     .values_list("name", "status")))
+    return None
+
+
 def _client(credential: str, w: dict[str, Any]) -> APIClient:
     client = APIClient()
     if credential in w["users"]:
@@ -324,11 +349,21 @@ def test_credential_access(cred_world: dict[str, Any], settings: Any, name: str,
     url = _url(name, kind, cred_world)
     client = _client(credential, cred_world)
     call = getattr(client, method.lower())
+    before = _state(kind, cred_world)
     if method == "GET":
         response = call(url, body)
     else:
-        response = call(url, body, format="json") if url.startswith("/api/v1/") \
-            else call(url, body)
+        page = not url.startswith("/api/")
+        member = str(cred_world["membership"].pk)
+        body = {k.replace("{member}", member): v for k, v in body.items()}
+        response = call(url, body, format="multipart" if page else "json")
+    after = _state(kind, cred_world)
+    if method != "GET" and (credential in ("other_key", "removed")
+                            or response.status_code >= 400):
+        assert after == before, (url, credential, "a refused write changed something")
+    if method != "GET" and credential == "browser" and name.startswith("web:") \
+            and kind in _WRITE_KINDS:
+        assert after != before, (url, "the page write did not take effect")
     content = b"".join(response.streaming_content) if response.streaming else response.content
     text = content.decode(errors="replace")
     want = expected[credential]
