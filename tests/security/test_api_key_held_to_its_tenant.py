@@ -165,6 +165,7 @@ def test_key_for_a_still_works_for_a(attack: dict[str, Any]) -> None:
     key: APIClient = attack["key"]
     assert key.get("/api/v1/tenants/a").status_code == 200
     assert key.get("/api/v1/tenants/a/memberships").status_code == 200
+    assert key.get("/api/v1/leases", HTTP_X_GPUPOOL_TENANT="a").status_code == 200
     assert key.patch("/api/v1/tenants/a", {"name": "A2"}, format="json").status_code == 200
     minted = key.post("/api/v1/api-keys", {"name": "ci", "tenant": "a"}, format="json")
     assert minted.status_code == 201 and minted.json()["tenant"] == "a"
