@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
 from portal.billing import focus, selectors
+from portal.core import csvsafe
 from portal.core.errors import ApplicationError
 from portal.tenants.models import Tenant
 
@@ -50,12 +50,13 @@ def _usage_values(row: tuple) -> list[Any]:
 
 
 def _csv_stream(header: list[str], rows: Iterator[Any]) -> Iterator[str]:
+    """CSV text of ``rows``, every text cell defused (``portal/core/csvsafe.py``)."""
     buf = _Buffer()
-    writer = csv.writer(buf, lineterminator="\n")
+    writer = csvsafe.writer(buf)
     writer.writerow(header)
     writerow = writer.writerow
     for row in rows:
-        writerow(row)
+        writerow(csvsafe.defuse_row(row))
         if buf.size >= focus.CHUNK_BYTES:
             yield buf.drain()
     yield buf.drain()

@@ -16,7 +16,6 @@ A row is a tuple of strings in ``COLUMNS`` order.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from collections.abc import Callable, Iterable, Iterator
@@ -31,6 +30,7 @@ from django.db.models import CharField, QuerySet
 from django.db.models.functions import Cast
 
 from portal.billing import selectors
+from portal.core import csvsafe
 from portal.leasing.models import Lease
 from portal.tenants.models import Tenant
 
@@ -75,14 +75,16 @@ def tags_json(tags: Any) -> str:
 
 
 class Encoding:
-    """How a value becomes the text of one cell, ready to join: a CSV field (quoted by the
-    ``csv`` module's own rules, ``json_mode=False``) or a JSON literal (``json_mode=True``)."""
+    """How a value becomes the text of one cell, ready to join: a CSV field (defused against
+    formula injection by ``portal/core/csvsafe.py``, then quoted by the ``csv`` module's own
+    rules, ``json_mode=False``) or a JSON literal (``json_mode=True``, untouched). Numbers
+    are written by the callers as ``f"{value:f}"`` and never pass through here."""
 
     def __init__(self, *, json_mode: bool) -> None:
         self.json = json_mode
         self.null = "null" if json_mode else ""
         self._buf = io.StringIO()
-        self._csv = csv.writer(self._buf, lineterminator="\n")
+        self._csv = csvsafe.writer(self._buf)
 
     def raw(self, value: str) -> str:
         """Text that is already JSON (tags): as is in JSON, a quoted field in CSV."""
@@ -98,7 +100,7 @@ class Encoding:
             return ""
         self._buf.seek(0)
         self._buf.truncate()
-        self._csv.writerow((value,))
+        self._csv.writerow((csvsafe.defuse(value),))
         return self._buf.getvalue()[:-1]
 
     def value(self, value: Any) -> str:

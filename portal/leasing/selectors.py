@@ -15,14 +15,15 @@ from portal.core.errors import NotFound
 from portal.inventory.models import HcaPort
 from portal.leasing.models import Allocation, Lease, LeaseEvent, Quota
 from portal.leasing.quotas import gpu_hours_committed, gpus_held, month_bounds
-from portal.tenants.access import AnyUser, is_staff, require_role, tenants_for
+from portal.tenants.access import Who, is_staff, require_role, tenants_for
 from portal.tenants.models import Role, Tenant
 
 
-def lease_list(*, user: AnyUser, tenant: Tenant | None, state: str | None = None,
+def lease_list(*, user: Who, tenant: Tenant | None, state: str | None = None,
                model: str | None = None, since: datetime | None = None,
                until: datetime | None = None) -> QuerySet[Lease]:
-    """The tenant's leases (staff with no tenant: every lease)."""
+    """The tenant's leases (platform staff with no tenant: every lease; anyone else with no
+    tenant: the leases of the tenants their credential acts for)."""
     qs = Lease.objects.select_related("tenant", "created_by")
     if tenant is not None:
         require_role(user, tenant, Role.VIEWER)
@@ -41,8 +42,9 @@ def lease_list(*, user: AnyUser, tenant: Tenant | None, state: str | None = None
     return qs.order_by("-created")
 
 
-def lease_get(*, user: AnyUser, lease_id: Any) -> Lease:
-    """A lease the user may see; anything else (other tenant, bad id) is a 404."""
+def lease_get(*, user: Who, lease_id: Any) -> Lease:
+    """A lease the principal may see; anything else (another tenant, also through a key
+    of this user's for another tenant; a bad id) is a 404."""
     try:
         lease = Lease.objects.select_related("tenant", "created_by").get(pk=lease_id)
     except (Lease.DoesNotExist, ValueError, TypeError, ValidationError):

@@ -1,4 +1,6 @@
-"""Every API route × method × caller role, and a guard that no route escapes the matrix.
+"""Every API route × method × caller role, and a guard that no route escapes the matrix;
+then every route of the site (API, pages, exports, console, agent API, admin, WebSockets) ×
+every credential (``tests/portal/credential_table.py``), with the same guard.
 
 World: tenant ``a`` with a viewer, a member, an admin and an owner; tenant ``b`` with
 ``other`` (a member of another tenant); ``staff``; anonymous. Objects named in the URLs
@@ -11,16 +13,21 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from django.urls import URLPattern, URLResolver, reverse
+from django.urls import URLPattern, URLResolver, get_resolver, reverse
 from django.utils import timezone
+from django.utils.encoding import force_bytes
+from django.utils.http import urlsafe_base64_encode
+from rest_framework.test import APIClient
 
 from portal import api_urls
 from portal.core.services import audit_record
 from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Gpu
 from portal.leasing.models import Lease, LeaseState
-from portal.tenants.models import Membership, Role
+from portal.routing import websocket_urlpatterns
+from portal.tenants.models import Membership, Role, SshPublicKey
 from portal.tenants.services import api_key_create
+from tests.portal import credential_table as table
 from tests.portal.factories import add_member, client_for, make_tenant, make_user
 
 ROLES = ["anon", "other", "viewer", "member", "admin", "staff"]
@@ -185,3 +192,233 @@ def test_lists_hold_no_foreign_rows(world: dict[str, Any], name: str) -> None:
     for foreign in ("tenant-a-only", "a-admin", "a-key", '"slug":"a"', "test.secret",
                     "a-lease-secret", "a-active-secret"):
         assert foreign not in text
+
+
+# --- Every route of the site × every credential (issue 10, finding 1) ----------------------
+# The table is tests/portal/credential_table.py; a route missing from it fails here.
+
+
+A_SECRETS = ("tenant-a-only", "a-lease-secret", "a-active-secret", "a-victim",
+             '"slug":"a"', '"tenant":"a"', "dual-a", "admin-a")
+
+
+def _walk(patterns: list[Any], ns: str | None = None) -> set[tuple[str, str]]:
+    """(route name, method) of every HTTP route; Django admin views fold into ``admin:*``."""
+    found: set[tuple[str, str]] = set()
+    for entry in patterns:
+        if isinstance(entry, URLResolver):
+            inner = entry.namespace or None
+            found |= _walk(entry.url_patterns, f"{ns}:{inner}" if ns and inner else inner or ns)
+            continue
+        if ns == "admin":
+            found.add(("admin:*", "GET"))
+            continue
+        assert entry.name, f"unnamed route {entry.pattern} (name it, then list it)"
+        name = f"{ns}:{entry.name}" if ns else entry.name
+        actions = getattr(entry.callback, "actions", None)
+        view_class = getattr(entry.callback, "view_class", None)
+        if actions:
+            methods = {m.upper() for m in actions} - SKIP_METHODS
+        elif view_class is not None:
+            methods = {m.upper() for m in view_class.http_method_names
+                       if hasattr(view_class, m)} - SKIP_METHODS
+        else:  # function views: the methods the table names for them
+            methods = _TABLE_METHODS.get(name, {"?"})
+        found |= {(name, m) for m in methods}
+    return found
+
+
+_TABLE_METHODS = {name: {case[0] for case in cases} for name, cases in table.ROUTES.items()
+                  if not name.startswith("admin")}
+
+
+def test_every_route_is_in_the_credential_table() -> None:
+    routes = _walk(get_resolver().url_patterns)
+    listed = {(name, case[0]) for name, cases in table.ROUTES.items() for case in cases}
+    # class-based views: every method they serve must be listed, and vice versa
+    assert routes - listed == set(), "routes without credential-matrix rows"
+    assert listed - routes == set(), "credential-matrix rows for routes that no longer exist"
+    ws = {str(p.pattern) for p in websocket_urlpatterns}
+    assert ws == set(table.WS_ROUTES), "WebSocket routes and the table differ"
+
+
+@pytest.fixture
+def cred_world(db: Any) -> dict[str, Any]:
+    return _build_cred_world()
+
+
+def _build_cred_world() -> dict[str, Any]:
+    a, b = make_tenant("a"), make_tenant("b")
+    admin = add_member(a, "a-admin", Role.ADMIN)
+    viewer = add_member(a, "a-viewer", Role.VIEWER)
+    dual = add_member(a, "dual", Role.ADMIN)
+    Membership.objects.create(tenant=b, user=dual, role=Role.ADMIN)
+    removed = add_member(a, "ex-admin", Role.ADMIN)
+    removed_key = api_key_create(actor=removed, name="stale", tenant=a).secret
+    Membership.objects.filter(user=removed).delete()
+    add_member(a, "a-victim", Role.MEMBER)
+    make_user("newbie")
+    cluster_generate(actor=None, spec=ClusterSpec(nodes=2, gpus_per_node=2))
+    own = api_key_create(actor=dual, name="dual-a", tenant=a)
+    other = api_key_create(actor=dual, name="dual-b", tenant=b)
+    admin_key = api_key_create(actor=admin, name="admin-a", tenant=a).key
+    entry = audit_record(actor=admin, action="test.secret", tenant=a,
+                         changes={"secret": "tenant-a-only"})
+    now = timezone.now()
+    lease = Lease.objects.create(tenant=a, name="a-lease-secret", allowed_models=["H100"],
+                                 start_at=now, end_at=now + timedelta(hours=1),
+                                 state=LeaseState.QUEUED)
+    active = Lease.objects.create(tenant=a, name="a-active-secret", allowed_models=["H100"],
+                                  gpu_model="H100", start_at=now, active_at=now,
+                                  end_at=now + timedelta(hours=1), state=LeaseState.ACTIVE)
+    ssh = SshPublicKey.objects.create(user=admin, name="laptop", key_type="ssh-ed25519",
+                                      public_key="ssh-ed25519 AAAA", fingerprint="SHA256:x")
+    return {"users": {"browser": admin, "viewer": viewer, "removed": removed},
+            "secrets": {"own_key": own.secret, "other_key": other.secret,
+                        "removed": removed_key},
+            "apikey": own.key, "admin_key": admin_key, "audit": entry, "lease": lease,
+            "active_lease": active, "ssh": ssh, "admin": admin,
+            "membership": Membership.objects.get(user__username="a-victim"),
+            "gpu": Gpu.objects.order_by("pk").first()}
+
+
+def _cred_kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
+    reset = {"uidb64": urlsafe_base64_encode(force_bytes(w["admin"].pk)), "token": "set-password"}
+    return {
+        "none": {}, "tenant": {"slug": "a"}, "tenant_slug": {"tenant_slug": "a"},
+        "membership": {"tenant_slug": "a", "pk": w["membership"].pk},
+        "apikey": {"pk": w["apikey"].pk}, "node": {"hostname": "gpu-node-0001"},
+        "node_id": {"node_id": "gpu-node-0001"}, "gpu": {"pk": w["gpu"].pk},
+        "audit": {"pk": w["audit"].pk}, "lease": {"pk": w["lease"].pk},
+        "active_lease": {"pk": w["active_lease"].pk}, "lease_id": {"lease_id": w["lease"].pk},
+        "active_lease_id": {"lease_id": w["active_lease"].pk},
+        "sshkey": {"key_id": w["ssh"].pk}, "member_id": {"member_id": w["membership"].pk},
+        "key_id": {"key_id": w["admin_key"].pk}, "reset": reset,
+    }[kind]
+
+
+_WRITE_KINDS = {"member_id", "sshkey", "key_id"}
+
+
+def _state(kind: str, w: dict[str, Any]) -> Any:
+    """What a write to the object of ``kind`` would change (None: nothing tracked)."""
+    if kind in ("member_id", "membership"):
+        row = Membership.objects.filter(pk=w["membership"].pk).values_list("role", "max_gpus")
+        return list(row)
+    if kind == "sshkey":
+        return SshPublicKey.objects.filter(pk=w["ssh"].pk).exists()
+    if kind in ("key_id", "apikey"):
+        from portal.tenants.models import ApiKey
+        pk = w["admin_key"].pk if kind == "key_id" else w["apikey"].pk
+        return ApiKey.objects.filter(pk=pk).values_list("revoked_at", flat=True).first()
+    if kind in ("lease", "active_lease", "lease_id", "active_lease_id"):
+        lease = w["active_lease" if "active" in kind else "lease"]
+        return list(Lease.objects.filter(pk=lease.pk).values_list("state", "end_at"))
+    if kind in ("tenant", "tenant_slug"):
+        return (list(Membership.objects.filter(tenant__slug="a").values_list("user_id", "role")
+                     .order_by("user_id")),
+                list(type(w["membership"].tenant).objects.filter(slug="a")
+                     .values_list("name", "status")))
+    return None
+
+
+def _client(credential: str, w: dict[str, Any]) -> APIClient:
+    client = APIClient()
+    if credential in w["users"]:
+        client.force_login(w["users"][credential])
+    if credential in w["secrets"]:
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {w['secrets'][credential]}")
+    return client
+
+
+def _url(name: str, kind: str, w: dict[str, Any]) -> str:
+    if name == "admin:*":
+        return reverse("admin:index")
+    return reverse(name, kwargs=_cred_kwargs(kind, w))
+
+
+CRED_CASES = [(name, i, cred) for name in sorted(table.ROUTES)
+              for i in range(len(table.ROUTES[name])) for cred in table.CREDENTIALS]
+
+
+@pytest.mark.parametrize(("name", "index", "credential"), CRED_CASES)
+def test_credential_access(cred_world: dict[str, Any], settings: Any, name: str, index: int,
+                           credential: str) -> None:
+    settings.AXES_ENABLED = False
+    method, kind, body, expected = table.ROUTES[name][index]
+    url = _url(name, kind, cred_world)
+    client = _client(credential, cred_world)
+    call = getattr(client, method.lower())
+    before = _state(kind, cred_world)
+    if method == "GET":
+        response = call(url, body)
+    else:
+        page = not url.startswith("/api/")
+        member = str(cred_world["membership"].pk)
+        body = {k.replace("{member}", member): v for k, v in body.items()}
+        response = call(url, body, format="multipart" if page else "json")
+    after = _state(kind, cred_world)
+    if method != "GET" and (credential in ("other_key", "removed")
+                            or response.status_code >= 400):
+        assert after == before, (url, credential, "a refused write changed something")
+    if method != "GET" and credential == "browser" and name.startswith("web:") \
+            and kind in _WRITE_KINDS:
+        assert after != before, (url, "the page write did not take effect")
+    content = b"".join(response.streaming_content) if response.streaming else response.content
+    text = content.decode(errors="replace")
+    want = expected[credential]
+    if want == table.LOGIN:
+        assert response.status_code == 302, (url, credential, text[:300])
+        assert response["Location"].startswith(settings.LOGIN_URL), response["Location"]
+    else:
+        assert response.status_code == want, (url, credential, text[:300])
+    if credential in ("other_key", "removed"):
+        for secret in A_SECRETS:
+            assert secret not in text, (url, credential, secret)
+
+
+@pytest.fixture
+def cred_world_tx(transactional_db: Any) -> dict[str, Any]:
+    """The same world, committed: the socket's consumer reads it from other threads."""
+    return _build_cred_world()
+
+
+async def _socket_outcome(headers: list[tuple[bytes, bytes]], lease_id: Any) -> int | str:
+    from channels.auth import AuthMiddlewareStack
+    from channels.routing import URLRouter
+    from channels.testing import WebsocketCommunicator
+
+    app = AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+    comm = WebsocketCommunicator(app, f"/ws/leases/{lease_id}/", headers=headers)
+    connected, _ = await comm.connect(timeout=10)
+    assert connected
+    out = await comm.receive_output(timeout=10)
+    if out["type"] == "websocket.close":
+        await comm.wait()
+        return int(out["code"])
+    await comm.disconnect()
+    return table.ACCEPT
+
+
+WS_CASES = [(route, cred) for route in sorted(table.WS_ROUTES) for cred in table.CREDENTIALS]
+
+
+@pytest.mark.parametrize(("route", "credential"), WS_CASES)
+def test_credential_access_websocket(cred_world_tx: dict[str, Any], settings: Any, route: str,
+                                     credential: str) -> None:
+    """Sockets authenticate by the browser session cookie only (Channels'
+    AuthMiddlewareStack): a key is nobody, a removed member's session sees nothing."""
+    from asgiref.sync import async_to_sync
+
+    assert route == "ws/leases/<uuid:lease_id>/"  # one socket route today; add a builder per new one
+    w = cred_world_tx
+    headers: list[tuple[bytes, bytes]] = [(b"origin", b"http://testserver")]
+    if credential in w["users"]:
+        client = APIClient()
+        client.force_login(w["users"][credential])
+        cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
+    if credential in w["secrets"]:
+        headers.append((b"authorization", f"Bearer {w['secrets'][credential]}".encode()))
+    outcome = async_to_sync(_socket_outcome)(headers, w["active_lease"].pk)
+    assert outcome == table.WS_ROUTES[route][credential]

@@ -1,5 +1,5 @@
-"""Billing API: exports, invoices, budget, showback. Tenants see their own (access gate),
-staff see every tenant (or one, with ``?tenant=``)."""
+"""Billing API: exports, invoices, budget, showback. Tenants see their own (access gate;
+through a key, the key's tenant only), staff see every tenant (or one, with ``?tenant=``)."""
 
 from __future__ import annotations
 
@@ -23,12 +23,18 @@ PERIOD = [OpenApiParameter("from", str, description="YYYY-MM-DD (UTC, inclusive)
 
 
 def resolve_tenant(request: Any) -> Tenant | None:
-    """The tenant whose data a request may read; ``None`` means all (staff only)."""
+    """The tenant whose data a request may read; ``None`` means all (platform staff only).
+
+    Decided on the principal (user + credential): through an API key, only the key's own
+    tenant — ``?tenant=`` naming any other is a 404, and a staff key bound to a tenant does
+    not see all tenants.
+    """
+    principal = access.of_request(request)
     slug = request.query_params.get("tenant") if hasattr(request, "query_params") \
         else request.GET.get("tenant")
     if slug:
-        return access.get_tenant(request.user, slug)
-    if access.is_staff(request.user) and access.active_tenant(request) is None:
+        return access.get_tenant(principal, slug)
+    if principal.platform_staff and access.active_tenant(request) is None:
         return None
     return access.require_active_tenant(request)
 

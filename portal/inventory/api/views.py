@@ -5,19 +5,20 @@ from typing import Any
 from drf_spectacular.utils import extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.decorators import action
-from rest_framework.permissions import IsAdminUser, IsAuthenticated
+from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.inventory import selectors, services
 from portal.inventory.api import serializers as s
+from portal.tenants.authentication import IsPlatformStaff
 
 
 class NodeViewSet(viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg]
     """Nodes (platform staff only). Filter with ``?state=`` and ``?model=``."""
 
-    permission_classes = [IsAdminUser]
+    permission_classes = [IsPlatformStaff]
     lookup_field = "hostname"
     lookup_value_regex = r"[A-Za-z0-9._-]+"
 
@@ -53,7 +54,7 @@ class NodeViewSet(viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg]
 class GpuViewSet(viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg]
     """GPUs (platform staff only)."""
 
-    permission_classes = [IsAdminUser]
+    permission_classes = [IsPlatformStaff]
     serializer_class = s.GpuSerializer
 
     def get_queryset(self) -> Any:
@@ -66,7 +67,7 @@ class GpuViewSet(viewsets.ReadOnlyModelViewSet):  # type: ignore[type-arg]
 
 
 class SwitchViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
-    permission_classes = [IsAdminUser]
+    permission_classes = [IsPlatformStaff]
     serializer_class = s.SwitchSerializer
 
     def get_queryset(self) -> Any:
@@ -74,7 +75,7 @@ class SwitchViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):  # type: ig
 
 
 class FabricViewSet(mixins.ListModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
-    permission_classes = [IsAdminUser]
+    permission_classes = [IsPlatformStaff]
     serializer_class = s.FabricSerializer
 
     def get_queryset(self) -> Any:
