@@ -8,6 +8,7 @@ from typing import Any
 from portal.fleet import services as fleet
 from portal.fleet.models import FabricDesiredState, NodeDesiredState
 from portal.inventory.models import HcaPort, Node
+from portal.leasing import handover
 from portal.leasing.models import Allocation, Lease, LeaseState
 from portal.tenants.models import Membership, SshPublicKey, Tenant
 
@@ -22,7 +23,9 @@ def _tenant_keys(tenant: Tenant) -> list[str]:
 
 
 def _grants(node: Node) -> tuple[list[dict[str, Any]], set[int]]:
-    rows = (Allocation.objects.filter(node=node, live=True, lease__state__in=GRANTING)
+    # A slot another lease may still be on is not granted yet (the handover fence).
+    rows = (handover.unfenced(Allocation.objects.filter(node=node, live=True,
+                                                        lease__state__in=GRANTING))
             .select_related("lease__tenant", "gpu").order_by("lease_id", "gpu__index"))
     per_lease: dict[Any, dict[str, Any]] = {}
     tenants: set[int] = set()

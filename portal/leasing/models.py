@@ -110,6 +110,9 @@ class Lease(models.Model):
     provision_attempts = models.PositiveSmallIntegerField(default=0)
     provision_targets = models.JSONField(default=dict, blank=True,
                                          help_text="node id -> desired generation to reach")
+    handover_pending = models.BooleanField(
+        default=False, help_text="pushed while a previous holder was still on some of its "
+                                 "GPU slots: pushed again once they are free (ADR 0104)")
     release_kind = models.CharField(max_length=16, blank=True,
                                     help_text="final state once released: ended/expired/…")
     warned_at = models.DateTimeField(null=True, blank=True)
