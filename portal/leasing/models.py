@@ -113,6 +113,8 @@ class Lease(models.Model):
     handover_pending = models.BooleanField(
         default=False, help_text="pushed while a previous holder was still on some of its "
                                  "GPU slots: pushed again once they are free (ADR 0104)")
+    teardown_deadline = models.DateTimeField(
+        null=True, blank=True, help_text="teardown not observed by then: GPUs quarantined")
     release_kind = models.CharField(max_length=16, blank=True,
                                     help_text="final state once released: ended/expired/…")
     warned_at = models.DateTimeField(null=True, blank=True)

@@ -167,11 +167,14 @@ def _write_allocations(lease: Lease, placement: allocation.Placement,
 
 def _free_slots(gpu: Gpu, start: datetime, end: datetime, wanted: int,
                 ignoring: tuple[str, ...] = ()) -> list[int]:
-    # A lease past its end but still on the hardware keeps its slots (see allocation._leases),
-    # except the victims under notice (``ignoring``): they end exactly when this one starts.
-    used = set(Allocation.objects.filter(gpu=gpu, live=True, start_at__lt=end).filter(
-        Q(end_at__gt=start) | Q(lease__state__in=allocation.LINGERING))
-        .exclude(lease_id__in=list(ignoring)).values_list("slot", flat=True))
+    # A lease past its end but still on the hardware keeps its slots now (as in the
+    # snapshot: allocation._leases); a later window may follow it, fenced (``handover``).
+    # The victims (``ignoring``) end exactly when this one starts.
+    held = Q(end_at__gt=start)
+    if start < clock.now() + timedelta(seconds=1):
+        held |= Q(lease__state__in=allocation.LINGERING)
+    used = set(Allocation.objects.filter(gpu=gpu, live=True, start_at__lt=end).filter(held)
+               .exclude(lease_id__in=list(ignoring)).values_list("slot", flat=True))
     free = [s for s in range(SLOTS_PER_GPU) if s not in used]
     if len(free) < wanted:
         raise SlotConflict(f"GPU {gpu.pk} has {len(free)} free slots, {wanted} wanted")
@@ -364,8 +367,10 @@ def _provision_timed_out(lease: Lease) -> None:
     else:
         lease.release_kind = S.FAILED
         lease.ended_at = clock.now()
+        lease.teardown_deadline = lease.ended_at + release_timeout()
         states.transition(lease, S.RELEASING, reason="provisioning failed",
-                          fields=("provision_attempts", "release_kind", "ended_at"))
+                          fields=("provision_attempts", "release_kind", "ended_at",
+                                  "teardown_deadline"))
         lease.provision_targets = {}
         lease.save(update_fields=["provision_targets"])
         transaction.on_commit(lambda: _enqueue("teardown", lease.pk))
@@ -386,8 +391,10 @@ def begin_release(lease: Lease, *, kind: str, actor: str = "system", reason: str
     if lease.active_at is not None and lease.ended_at is None:
         lease.ended_at = clock.now()
     lease.provision_targets = {}
+    lease.teardown_deadline = clock.now() + release_timeout()
     states.transition(lease, S.RELEASING, actor=actor, reason=reason,
-                      fields=("release_kind", "ended_at", "provision_targets"))
+                      fields=("release_kind", "ended_at", "provision_targets",
+                              "teardown_deadline"))
     notify.lease_changed(lease)
     lease_id = lease.pk
     transaction.on_commit(lambda: _enqueue("teardown", lease_id))
@@ -410,7 +417,7 @@ def check_released(lease_id: object) -> None:
             return
         if _converged(lease.provision_targets):
             finish_release(lease)
-        elif clock.now() - lease.updated > release_timeout():
+        elif clock.now() > (lease.teardown_deadline or lease.updated + release_timeout()):
             _teardown_timed_out(lease)
 
 
