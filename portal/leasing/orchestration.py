@@ -226,7 +226,7 @@ def _give_notice(victims: tuple[str, ...], *, by: Lease, until: datetime) -> Non
     under an earlier notice keeps it; one not running yet is preempted at once."""
     for victim in Lease.objects.select_for_update(**LOCK).filter(pk__in=list(victims)):
         if victim.state != S.ACTIVE:
-            _preempt((str(victim.pk),), by=by)
+            _preempt((str(victim.pk),), by=by, at=until)
             continue
         if victim.release_kind == S.PREEMPTED and victim.end_at <= until:
             continue
@@ -462,8 +462,11 @@ def finish_release(lease: Lease, *, note: str = "") -> None:
 
 def _wake_on_commit(lease_ids: list[object]) -> None:
     """The leases that waited for these slots push again (the reconciler backstops)."""
-    for lease_id in lease_ids:
-        transaction.on_commit(lambda pk=lease_id: _enqueue("check_provisioned", pk))
+    def wake() -> None:
+        for lease_id in lease_ids:
+            _enqueue("check_provisioned", lease_id)
+    if lease_ids:
+        transaction.on_commit(wake)
 
 
 def node_converged(node_id: int) -> None:

@@ -90,26 +90,36 @@ def _cordon_all_but(node: Node) -> None:
     Node.objects.exclude(pk=node.pk).update(state=Node.State.DRAINED)
 
 
+def _activate(lease: Lease) -> Node:
+    node = placed_and_pushed(lease)
+    agent_reports(node, generation(node))
+    orchestration.check_provisioned(lease.pk)  # (the report did it already: a no-op)
+    assert state(lease) == S.ACTIVE
+    return node
+
+
 def _active(pool: dict[str, Any]) -> tuple[Lease, Node]:
     first = order(pool)
-    node = placed_and_pushed(first)
-    agent_reports(node, generation(node))
-    assert state(first) == S.ACTIVE
-    return first, node
+    return first, _activate(first)
 
 
-def _reservation_after(pool: dict[str, Any], first: Lease, node: Node) -> Lease:
-    """Tenant b reserves the same node's 8 GPUs from the end of ``first``."""
+def _back_to_back(pool: dict[str, Any]) -> tuple[Lease, Node, Lease]:
+    """On one node: tenant a's lease active now for 2 h; tenant b's reservation of the same
+    8 GPUs for the hour after it (reserved first, as a calendar booking would be)."""
+    node = Node.objects.order_by("hostname").first()
+    assert node is not None
     _cordon_all_but(node)
-    second = order(pool, "bob", "b", start_at=first.end_at, duration_hours=Decimal(1))
+    second = order(pool, "bob", "b", start_at=clock.now() + timedelta(hours=2),
+                   duration_hours=Decimal(1))
     orchestration.run_schedule_pass()
     assert state(second) == S.SCHEDULED and node_of(second) == node
-    return second
+    first = order(pool)
+    assert _activate(first) == node and first.end_at == second.start_at
+    return first, node, second
 
 
 def test_next_lease_waits_for_previous_teardown(pool: dict[str, Any]) -> None:
-    first, node = _active(pool)
-    second = _reservation_after(pool, first, node)
+    first, node, second = _back_to_back(pool)
     clock.advance(first.end_at - clock.now())
     # The reservation's start comes first here (the worst order): it is provisioned, but
     # its GPUs are not granted while the previous tenant is on them.
@@ -162,8 +172,7 @@ def test_preemptor_waits_for_the_victims_teardown(pool: dict[str, Any], settings
 def test_teardown_never_observed_quarantines_gpus_and_moves_next_lease(
         pool: dict[str, Any], settings: Any) -> None:
     settings.GPUPOOL_PROVISION_TIMEOUT_S = 3600
-    first, node = _active(pool)
-    second = _reservation_after(pool, first, node)
+    first, node, second = _back_to_back(pool)
     clock.advance(first.end_at - clock.now())
     orchestration.expire_due()
     orchestration.teardown(first.pk)
@@ -190,8 +199,7 @@ def node_of_live(lease: Lease) -> Node:
 
 
 def test_expiry_runs_before_due_reservation_starts(pool: dict[str, Any]) -> None:
-    first, node = _active(pool)
-    second = _reservation_after(pool, first, node)
+    first, node, second = _back_to_back(pool)
     clock.advance(first.end_at - clock.now())
     tasks.reconcile_once()
     first.refresh_from_db()
