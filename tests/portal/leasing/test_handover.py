@@ -257,3 +257,51 @@ def test_scheduler_skips_unreachable_nodes(pool: dict[str, Any], settings: Any) 
     assert node_of(placed) == fresh
     settings.GPUPOOL_SIMULATED_AGENTS = True  # the demo's agents always count as reachable
     assert all(n.state.value == "ready" for n in allocation.snapshot().nodes)
+
+
+def test_simulated_agents_raise_the_same_convergence_event(
+        pool: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from portal.fleet import hooks
+
+    seen: list[int] = []
+    monkeypatch.setattr(hooks, "_callbacks", [seen.append, *hooks._callbacks])
+    lease = order(pool)
+    node = placed_and_pushed(lease)
+    tasks.simulate_agents([node.pk])  # what the demo's worker runs after a push
+    assert seen == [node.pk] and state(lease) == S.ACTIVE
+
+
+def test_failing_convergence_callback_keeps_the_report(
+        pool: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    from django.db import OperationalError
+
+    from portal.fleet import hooks
+    from portal.fleet.models import NodeObservedState
+
+    def deadlocked(node_id: int) -> None:
+        Lease.objects.update(name="half-done")  # undone with its savepoint
+        raise OperationalError("deadlock detected")
+
+    monkeypatch.setattr(hooks, "_callbacks", [deadlocked])
+    lease = order(pool)
+    node = placed_and_pushed(lease)
+    assert agent_reports(node, generation(node))["status"] == "accepted"
+    assert NodeObservedState.objects.get(node=node).generation_applied == generation(node)
+    lease.refresh_from_db()
+    assert lease.state == S.PROVISIONING and lease.name == ""
+    tasks.reconcile_once()  # the backstop
+    assert state(lease) == S.ACTIVE
+
+
+def test_fleet_does_not_import_leasing() -> None:
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3] / "portal" / "fleet"
+    bad = []
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            bad += [f"{path.name}: {n}" for n in names if n.startswith("portal.leasing")]
+    assert bad == []
