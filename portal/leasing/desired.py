@@ -79,7 +79,9 @@ def push_fabric() -> int:
     """The partition map: each tenant with granting leases ↔ the HCA ports of their nodes."""
     _lock_row(FabricDesiredState, name="default")
     members: dict[int, set[str]] = defaultdict(set)
-    for tenant_id, guid in (Allocation.objects.filter(live=True, lease__state__in=GRANTING)
+    granting = handover.unfenced(Allocation.objects.filter(live=True,
+                                                           lease__state__in=GRANTING))
+    for tenant_id, guid in (granting
                             .values_list("lease__tenant_id", "node__hca_ports__port_guid")
                             .distinct()):
         if guid:

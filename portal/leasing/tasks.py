@@ -71,9 +71,10 @@ def simulate_agents(node_ids: list[str]) -> None:
     from portal.inventory.models import Node
 
     for node in Node.objects.filter(pk__in=node_ids):
-        with transaction.atomic():
-            fleet.simulate_apply(node=node)
-            hooks.node_converged(node.pk)
+        # Applied and committed first: the apply holds the node's desired-state row, which a
+        # provisioning step takes after its lease row (the event then takes lease rows).
+        fleet.simulate_apply(node=node)
+        hooks.node_converged(node.pk)
 
 
 def simulate_agents_on_commit(node_ids: list[str]) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from portal.core import clock
 from portal.fleet import protocol
-from portal.fleet.models import NodeDesiredState
+from portal.fleet.models import FabricDesiredState, NodeDesiredState
 from portal.fleet.services import agent_for_node
 from portal.fleet.services.ingest import report_ingest
 from portal.inventory.models import Gpu, HcaPort, Node
@@ -54,6 +54,11 @@ def agent_reports(node: Node, applied: int) -> dict[str, Any]:
 def granted(node: Node) -> dict[str, list[int]]:
     doc = NodeDesiredState.objects.get(node=node).document
     return {g["lease_id"]: sorted(g["gpu_indices"]) for g in doc.get("access_grants", [])}
+
+
+def fabric_tenants() -> set[str]:
+    doc = FabricDesiredState.objects.get(name="default").document
+    return {p["name"] for p in doc.get("partitions", [])}
 
 
 def grant_id(lease: Lease) -> str:
@@ -127,6 +132,7 @@ def test_next_lease_waits_for_previous_teardown(pool: dict[str, Any]) -> None:
     orchestration.provision(second.pk)
     assert grant_id(second) not in granted(node)
     assert granted(node) == {grant_id(first): list(range(8))}
+    assert fabric_tenants() == {"tenant_a"}  # nor is b's partition on the node's ports
     agent_reports(node, generation(node))
     orchestration.check_provisioned(second.pk)
     assert state(second) == S.PROVISIONING
@@ -142,6 +148,7 @@ def test_next_lease_waits_for_previous_teardown(pool: dict[str, Any]) -> None:
     agent_reports(node, teardown_generation)
     assert state(first) == S.EXPIRED
     assert granted(node) == {grant_id(second): list(range(8))}
+    assert fabric_tenants() == {"tenant_b"}
     assert generation(node) > teardown_generation and state(second) == S.PROVISIONING
     agent_reports(node, generation(node))
     assert state(second) == S.ACTIVE
