@@ -18,7 +18,8 @@ from portal.core import clock
 from portal.fleet.selectors import unreachable_node_ids
 from portal.fleet.services.health import DEFAULT_UNREACHABLE_AFTER_S
 from portal.inventory.models import Gpu, Node, Switch, SwitchLink
-from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, LeaseState, Quota
+from portal.leasing import states
+from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, Quota
 
 PRIORITY = {"reserved": core.PriorityClass.RESERVED, "on_demand": core.PriorityClass.ON_DEMAND,
             "spot": core.PriorityClass.SPOT}
@@ -29,9 +30,8 @@ NODE_STATE = {
 }
 LOCALITY = {"nvlink": core.LocalityLevel.NVLINK, "node": core.LocalityLevel.NODE,
             "leaf": core.LocalityLevel.LEAF, "spine": core.LocalityLevel.SPINE}
-HOLDING_STATES = (LeaseState.SCHEDULED, LeaseState.PROVISIONING, LeaseState.ACTIVE,
-                  LeaseState.RELEASING)
-LINGERING = (LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.RELEASING)
+HOLDING_STATES = tuple(sorted(states.HOLDING))
+LINGERING = tuple(sorted(states.ON_HARDWARE))  # past its end, still holds until torn down
 FAR_FUTURE = 2**40
 
 

@@ -8,12 +8,12 @@ from typing import Any
 from portal.fleet import services as fleet
 from portal.fleet.models import FabricDesiredState, NodeDesiredState
 from portal.inventory.models import HcaPort, Node
-from portal.leasing import handover
-from portal.leasing.models import Allocation, Lease, LeaseState
+from portal.leasing import handover, states
+from portal.leasing.models import Allocation, Lease
 from portal.tenants.models import Membership, SshPublicKey, Tenant
 
 # Leases whose users must have access and whose tenant partition must include the node.
-GRANTING = (LeaseState.PROVISIONING, LeaseState.ACTIVE)
+GRANTING = tuple(sorted(states.GRANTING))
 
 
 def _tenant_keys(tenant: Tenant) -> list[str]:

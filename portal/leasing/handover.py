@@ -19,16 +19,14 @@ from django.db.models import Exists, OuterRef, QuerySet
 
 from portal.leasing.models import Allocation, Lease
 from portal.leasing.models import LeaseState as S
-
-# States in which a lease may be on the hardware (granted, or not yet seen torn down).
-ON_HARDWARE = (S.PROVISIONING, S.ACTIVE, S.RELEASING)
+from portal.leasing.states import ON_HARDWARE
 
 
 def earlier_holder() -> Exists:
     """For an allocation row (the outer query): another lease still on its slot."""
     return Exists(Allocation.objects.filter(
         gpu_id=OuterRef("gpu_id"), slot=OuterRef("slot"), live=True,
-        start_at__lt=OuterRef("start_at"), lease__state__in=ON_HARDWARE,
+        start_at__lt=OuterRef("start_at"), lease__state__in=sorted(ON_HARDWARE),
     ).exclude(lease_id=OuterRef("lease_id")))
 
 

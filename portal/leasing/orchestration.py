@@ -480,7 +480,7 @@ def node_converged(node_id: int) -> None:
 
 
 def cancel(lease: Lease, *, actor: str, reason: str) -> None:
-    if lease.state in (S.REQUESTED, S.QUEUED, S.SCHEDULED):
+    if lease.state in states.WAITING | {S.SCHEDULED}:
         Allocation.objects.filter(lease=lease, live=True).update(live=False)
         states.transition(lease, S.CANCELLED, actor=actor, reason=reason)
         notify.lease_changed(lease)

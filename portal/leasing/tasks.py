@@ -12,7 +12,7 @@ from django.db import OperationalError, transaction
 
 from portal.core import clock
 from portal.core.tasks import durable_task
-from portal.leasing import orchestration
+from portal.leasing import orchestration, states
 from portal.leasing.models import Lease
 from portal.leasing.models import LeaseState as S
 
@@ -145,7 +145,7 @@ def reconcile_once() -> dict[str, int]:
     counts["started"] = orchestration.start_due_reservations()
     counts["warned"] = orchestration.warn_expiring()
     counts["expiries_scheduled"] = schedule_near_expiries()
-    for lease in Lease.objects.filter(state__in=[S.PROVISIONING, S.RELEASING]).only(
+    for lease in Lease.objects.filter(state__in=sorted(states.CONVERGING)).only(
             "id", "state", "provision_targets"):
         if lease.state == S.PROVISIONING:
             step = "check_provisioned" if lease.provision_targets else "provision"
