@@ -331,8 +331,10 @@ def check_provisioned(lease_id: object) -> None:
             return
         now = clock.now()
         if lease.handover_pending:
-            _handover(lease, now)
-        elif _converged(lease.provision_targets):
+            _handover(lease, now)  # pushed again once free (maybe already applied), or not
+            if lease.handover_pending or lease.state != S.PROVISIONING:
+                return
+        if _converged(lease.provision_targets):
             crashpoint("provision.before_active")
             lease.active_at = now
             states.transition(lease, S.ACTIVE, reason="all nodes converged",

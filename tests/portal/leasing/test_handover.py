@@ -312,3 +312,21 @@ def test_fleet_does_not_import_leasing() -> None:
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
             bad += [f"{path.name}: {n}" for n in names if n.startswith("portal.leasing")]
     assert bad == []
+
+
+def test_handover_push_already_applied_activates_at_once(pool: dict[str, Any]) -> None:
+    """The fence cleared between the fence read and the push: the push granted the GPUs
+    and the node applied it; the check after the teardown must not wait for another
+    report (none would come: nothing changes on the node)."""
+    first, node, second = _back_to_back(pool)
+    clock.advance(first.end_at - clock.now())
+    orchestration.expire_due()
+    orchestration.teardown(first.pk)
+    orchestration.start_due_reservations()
+    orchestration.provision(second.pk)
+    Allocation.objects.filter(lease=first).update(live=False)  # as if it finished meanwhile
+    Lease.objects.filter(pk=first.pk).update(state=S.EXPIRED)
+    gen = orchestration.desired.push_node(node)  # the grant, as a later push would write
+    assert grant_id(second) in granted(node)
+    agent_reports(node, gen)  # applied; the event sees the lease still marked pending
+    assert state(second) == S.ACTIVE

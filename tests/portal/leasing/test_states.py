@@ -11,7 +11,7 @@ def test_state_groups_nest_and_agree_with_the_table() -> None:
     assert states.CONVERGING <= states.ON_HARDWARE
     assert not states.HOLDING & states.TERMINAL and not states.WAITING & states.HOLDING
     assert {s for s in S.values if not states.ALLOWED[s]} == states.TERMINAL
-    # every state that may be on the hardware leaves it only through releasing
+    # every granting state can be released (teardown is how access ends)
     assert all(S.RELEASING in states.ALLOWED[s] for s in states.GRANTING)
     assert states.ALLOWED[S.RELEASING] <= states.TERMINAL
 
