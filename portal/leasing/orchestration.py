@@ -316,12 +316,12 @@ def provision(lease_id: object) -> None:
         crashpoint("provision.after_push")
 
 
-def _push_provisioning(lease: Lease) -> None:
+def _push_provisioning(lease: Lease, *, fields: tuple[str, ...] = ()) -> None:
     """Push the lease's nodes. The fence is read BEFORE the push: slots only ever become
     free, so if it reads clear, the push granted every slot (see ``handover``)."""
     lease.handover_pending = handover.is_fenced(lease)
     lease.provision_targets = _push(lease)
-    lease.save(update_fields=["provision_targets", "handover_pending", "updated"])
+    lease.save(update_fields=["provision_targets", "handover_pending", "updated", *fields])
 
 
 def check_provisioned(lease_id: object) -> None:
@@ -350,8 +350,7 @@ def _handover(lease: Lease, now: datetime) -> None:
     again (with a fresh deadline) and wait for that; until then it is never ACTIVE."""
     if not handover.is_fenced(lease):
         lease.provision_deadline = now + provision_timeout()
-        lease.save(update_fields=["provision_deadline"])
-        _push_provisioning(lease)
+        _push_provisioning(lease, fields=("provision_deadline",))
         states.record(lease, "handover", reason="previous holders' teardown observed")
     elif lease.provision_deadline and now > lease.provision_deadline:
         _provision_timed_out(lease)
