@@ -15,7 +15,7 @@ import pytest
 
 from portal.core import clock
 from portal.fleet import protocol
-from portal.fleet.models import FabricDesiredState, NodeDesiredState
+from portal.fleet.models import FabricDesiredState, NodeDesiredState, NodeObservedState
 from portal.fleet.services import agent_for_node
 from portal.fleet.services.ingest import report_ingest
 from portal.inventory.models import Gpu, HcaPort, Node
@@ -329,4 +329,56 @@ def test_handover_push_already_applied_activates_at_once(pool: dict[str, Any]) -
     gen = orchestration.desired.push_node(node)  # the grant, as a later push would write
     assert grant_id(second) in granted(node)
     agent_reports(node, gen)  # applied; the event sees the lease still marked pending
+    assert state(second) == S.ACTIVE
+
+
+def test_teardown_committing_between_fence_read_and_push_cannot_bypass_the_fence(
+        pool_tx: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two workers, two connections, the worst interleaving: B's provisioning reads its
+    fence (A still on the GPUs), then A's finish commits, then B's push runs and sees the
+    GPUs free. B was marked pending from the earlier read, so it is not activated on that
+    push's generation without checking again; it becomes ACTIVE only after the node
+    applied a push made once A was gone."""
+    import threading
+
+    from django.db import connection
+
+    from portal.leasing import handover
+
+    first, node, second = _back_to_back(pool_tx)
+    clock.advance(first.end_at - clock.now())
+    orchestration.expire_due()
+    orchestration.teardown(first.pk)
+    agent_reports(node, generation(node) - 1)  # the node has not applied the teardown
+    orchestration.start_due_reservations()
+    read, finished = threading.Event(), threading.Event()
+    real = handover.is_fenced
+
+    def is_fenced_then_pause(lease: Lease) -> bool:
+        fenced = real(lease)
+        if lease.pk == second.pk and not read.is_set():
+            read.set()
+            assert finished.wait(30)
+        return fenced
+
+    def finish_first() -> None:
+        try:
+            assert read.wait(30)
+            NodeObservedState.objects.filter(node=node).update(
+                generation_applied=generation(node))  # the teardown applied (no event)
+            orchestration.check_released(first.pk)  # another worker's step: commits
+        finally:
+            finished.set()
+            connection.close()
+
+    monkeypatch.setattr(handover, "is_fenced", is_fenced_then_pause)
+    other = threading.Thread(target=finish_first)
+    other.start()
+    orchestration.provision(second.pk)
+    other.join()
+    assert state(first) == S.EXPIRED
+    second.refresh_from_db()
+    assert second.handover_pending  # read before the push: stricter than the push's view
+    assert granted(node) == {grant_id(second): list(range(8))}  # the push saw A gone
+    agent_reports(node, generation(node))
     assert state(second) == S.ACTIVE
