@@ -2,7 +2,8 @@
 
 Per accepted node report: one insert claims the seq, two updates record the heartbeat,
 two selects read the previous latest rows, two bulk upserts write the new latest rows, at
-most two bulk inserts add the per-minute history, one update writes the observed state.
+most two bulk inserts add the per-minute history, one update writes the observed state;
+only when that changed does the convergence hook (``fleet.hooks``) move the node's leases.
 """
 
 from __future__ import annotations
