@@ -6,28 +6,37 @@ the node (``orchestration.finish_release``) or its GPUs are quarantined. So "som
 is still on this slot" is a plain database fact: another lease in a state that may be on
 the hardware holds a live allocation of the same GPU slot that started earlier. Such an
 allocation is *fenced*: the node's desired state does not grant it (``desired._grants``),
-and its lease does not become ACTIVE. Live allocations only ever turn non-live, so a fence
-read before a push can only be stricter than the one the push sees: no interleaving of
-workers grants a fenced slot.
+and its lease does not become ACTIVE. A lease that stops granting without waiting for its
+own teardown (a provisioning timeout requeues it; a displaced one) frees its rows at once
+but stamps them with the node generation that removed its grant
+(``Allocation.released_generation``): they fence their slot until the node has applied it.
+Fences only ever clear (rows turn non-live, applied generations rise), so a fence read
+before a push can only be stricter than the one the push sees: no interleaving of workers
+grants a fenced slot.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, F, OuterRef, Q, QuerySet
 
 from portal.leasing.models import Allocation, Lease
 from portal.leasing.models import LeaseState as S
 from portal.leasing.states import ON_HARDWARE
 
 
-def earlier_holder() -> Exists:
-    """For an allocation row (the outer query): another lease still on its slot."""
-    return Exists(Allocation.objects.filter(
-        gpu_id=OuterRef("gpu_id"), slot=OuterRef("slot"), live=True,
-        start_at__lt=OuterRef("start_at"), lease__state__in=sorted(ON_HARDWARE),
-    ).exclude(lease_id=OuterRef("lease_id")))
+def earlier_holder() -> Q:
+    """For an allocation row (the outer query): another lease still on its slot — holding
+    it live, or freed early (a provisioning timeout) by a push its node has not applied."""
+    same_slot = Allocation.objects.filter(gpu_id=OuterRef("gpu_id"), slot=OuterRef("slot")
+                                          ).exclude(lease_id=OuterRef("lease_id"))
+    holding = same_slot.filter(live=True, start_at__lt=OuterRef("start_at"),
+                               lease__state__in=sorted(ON_HARDWARE))
+    unapplied = same_slot.filter(live=False, released_generation__isnull=False).filter(
+        Q(node__observed__isnull=True)
+        | Q(node__observed__generation_applied__lt=F("released_generation")))
+    return Q(Exists(holding)) | Q(Exists(unapplied))
 
 
 def unfenced(rows: QuerySet[Allocation]) -> QuerySet[Allocation]:

@@ -179,6 +179,9 @@ class Allocation(models.Model):
     start_at = models.DateTimeField()
     end_at = models.DateTimeField()
     live = models.BooleanField(default=True)
+    released_generation = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="freed before its teardown was observed: the node's "
+        "desired generation that removed its grant; fenced until applied (ADR 0104)")
 
     class Meta:
         indexes = [models.Index(fields=["gpu", "live"]), models.Index(fields=["lease", "live"])]

@@ -358,12 +358,11 @@ def _handover(lease: Lease, now: datetime) -> None:
 
 def _provision_timed_out(lease: Lease) -> None:
     lease.provision_attempts += 1
-    Allocation.objects.filter(lease=lease, live=True).update(live=False)
     if lease.provision_attempts < MAX_PROVISION_ATTEMPTS:
         lease.provision_targets = {}
         states.transition(lease, S.QUEUED, reason="nodes did not converge; retrying elsewhere",
                           fields=("provision_attempts", "provision_targets"))
-        _push_nodes_of(lease)
+        _withdraw(lease)
         after_commit_schedule()
     else:
         lease.release_kind = S.FAILED
@@ -374,14 +373,27 @@ def _provision_timed_out(lease: Lease) -> None:
                                   "teardown_deadline"))
         lease.provision_targets = {}
         lease.save(update_fields=["provision_targets"])
+        _withdraw(lease)
         transaction.on_commit(lambda: _enqueue("teardown", lease.pk))
     notify.lease_changed(lease)
 
 
-def _push_nodes_of(lease: Lease) -> None:
-    for node in desired.lease_nodes(lease):
-        desired.push_node(node)
+def _withdraw(lease: Lease) -> None:
+    """Free the slots of a lease that no longer grants (it is not waiting for its own
+    teardown) and push its nodes without it. A node may have applied its grant already, so
+    each freed slot stays fenced (``Allocation.released_generation``, see ``handover``)
+    until its node has applied this push."""
+    freed = list(Allocation.objects.filter(lease=lease, live=True).values_list("pk", flat=True))
+    Allocation.objects.filter(pk__in=freed).update(live=False)
+    for node_id, generation in _push_nodes_of(lease).items():
+        Allocation.objects.filter(pk__in=freed, node_id=node_id).update(
+            released_generation=generation)
+
+
+def _push_nodes_of(lease: Lease) -> dict[int, int]:
+    pushed = {node.pk: desired.push_node(node) for node in desired.lease_nodes(lease)}
     desired.push_fabric()
+    return pushed
 
 
 # --- releasing ----------------------------------------------------------------------------
@@ -439,13 +451,10 @@ def _teardown_timed_out(lease: Lease) -> None:
 
 def _displace(lease: Lease, *, reason: str) -> None:
     """Back to the queue, off the quarantined GPUs, to be placed elsewhere."""
-    was_pushed = lease.state == S.PROVISIONING
-    Allocation.objects.filter(lease=lease, live=True).update(live=False)
     lease.provision_targets, lease.handover_pending = {}, False
     states.transition(lease, S.QUEUED, reason=reason,
                       fields=("provision_targets", "handover_pending"))
-    if was_pushed:
-        _push_nodes_of(lease)
+    _withdraw(lease)
     notify.lease_changed(lease)
 
 

@@ -382,3 +382,39 @@ def test_teardown_committing_between_fence_read_and_push_cannot_bypass_the_fence
     assert granted(node) == {grant_id(second): list(range(8))}  # the push saw A gone
     agent_reports(node, generation(node))
     assert state(second) == S.ACTIVE
+
+
+def test_timed_out_provisioning_fences_its_slots_until_the_removal_is_applied(
+        pool: dict[str, Any]) -> None:
+    """The node applied the first lease's grant, but the fabric never caught up, so it
+    timed out and went back to the queue (its slots freed at once). The next lease on
+    those GPUs must wait until the node applied the push that removed that grant."""
+    node = Node.objects.order_by("hostname").first()
+    assert node is not None
+    _cordon_all_but(node)
+    first = order(pool)
+    assert placed_and_pushed(first) == node
+    body = report_for(node, list(Gpu.objects.filter(node=node)), [], set(),
+                      agent_for_node(node=node).last_seq + 1, clock.now(), generation(node),
+                      agent_for_node(node=node).agent_id)
+    body["observed"]["partitions"] = [{"device": "mlx5_0", "port": 1, "in_sync": False,
+                                       "pkeys": ["0xffff"]}]  # grant applied, P_Key not
+    report_ingest(agent=agent_for_node(node=node), body=body)
+    assert grant_id(first) in granted(node) and state(first) == S.PROVISIONING
+    clock.advance(orchestration.provision_timeout() + timedelta(seconds=1))
+    orchestration.check_provisioned(first.pk)
+    assert state(first) == S.QUEUED
+    removal = generation(node)
+    assert set(Allocation.objects.filter(lease=first).values_list(
+        "live", "released_generation")) == {(False, removal)}
+    services.lease_cancel(actor=pool["alice"], lease=first)
+    second = order(pool, "bob", "b")
+    assert placed_and_pushed(second) == node
+    assert granted(node) == {}  # not granted while the old grant may still be applied
+    second.refresh_from_db()
+    assert second.handover_pending
+    agent_reports(node, removal)  # the node applied the removal: the event pushes b's grant
+    assert granted(node) == {grant_id(second): list(range(8))}
+    assert state(second) == S.PROVISIONING
+    agent_reports(node, generation(node))
+    assert state(second) == S.ACTIVE
