@@ -8,13 +8,18 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
+
+from django.conf import settings
 
 import scheduler as core
 from portal.core import clock
+from portal.fleet.selectors import unreachable_node_ids
+from portal.fleet.services.health import DEFAULT_UNREACHABLE_AFTER_S
 from portal.inventory.models import Gpu, Node, Switch, SwitchLink
-from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, LeaseState, Quota
+from portal.leasing import states
+from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, Quota
 
 PRIORITY = {"reserved": core.PriorityClass.RESERVED, "on_demand": core.PriorityClass.ON_DEMAND,
             "spot": core.PriorityClass.SPOT}
@@ -25,9 +30,8 @@ NODE_STATE = {
 }
 LOCALITY = {"nvlink": core.LocalityLevel.NVLINK, "node": core.LocalityLevel.NODE,
             "leaf": core.LocalityLevel.LEAF, "spine": core.LocalityLevel.SPINE}
-HOLDING_STATES = (LeaseState.SCHEDULED, LeaseState.PROVISIONING, LeaseState.ACTIVE,
-                  LeaseState.RELEASING)
-LINGERING = (LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.RELEASING)
+HOLDING_STATES = tuple(sorted(states.HOLDING))
+LINGERING = tuple(sorted(states.ON_HARDWARE))  # past its end, still holds until torn down
 FAR_FUTURE = 2**40
 
 
@@ -49,11 +53,27 @@ def _nodes() -> tuple[core.Node, ...]:
         gpus[node_id].append(core.Gpu(index=index, model=model, memory_mib=memory,
                                       nvlink_domain=domain if domain is not None else 100 + index,
                                       healthy=health == Gpu.Health.HEALTHY))
+    silent = _unreachable()
     return tuple(
         core.Node(name=hostname, cpu_milli=cpu, memory_mib=mem, gpus=tuple(gpus[pk]),
-                  state=NODE_STATE[state])
+                  state=core.NodeState.CORDONED if pk in silent and state == Node.State.READY
+                  else NODE_STATE[state])
         for pk, hostname, cpu, mem, state in Node.objects.order_by("hostname").values_list(
             "pk", "hostname", "cpu_milli", "memory_mib", "state"))
+
+
+def _unreachable() -> set[int]:
+    """Nodes not offered (cordoned in the snapshot; their leases stay): the fleet's
+    unreachable verdict, and, with real agents, every node whose agent has not reported
+    for ``GPUPOOL_AGENT_UNREACHABLE_AFTER_S`` (the health sweep only runs every 15 s).
+    Simulated agents (the demo) apply at once and always count as reachable."""
+    silent = unreachable_node_ids()
+    if settings.GPUPOOL_SIMULATED_AGENTS:
+        return silent
+    after = getattr(settings, "GPUPOOL_AGENT_UNREACHABLE_AFTER_S", DEFAULT_UNREACHABLE_AFTER_S)
+    cutoff = clock.now() - timedelta(seconds=after)
+    stale = Node.objects.exclude(last_heartbeat__gte=cutoff).values_list("pk", flat=True)
+    return silent | set(stale)
 
 
 def _topology() -> core.Topology:

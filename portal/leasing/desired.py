@@ -8,11 +8,12 @@ from typing import Any
 from portal.fleet import services as fleet
 from portal.fleet.models import FabricDesiredState, NodeDesiredState
 from portal.inventory.models import HcaPort, Node
-from portal.leasing.models import Allocation, Lease, LeaseState
+from portal.leasing import handover, states
+from portal.leasing.models import Allocation, Lease
 from portal.tenants.models import Membership, SshPublicKey, Tenant
 
 # Leases whose users must have access and whose tenant partition must include the node.
-GRANTING = (LeaseState.PROVISIONING, LeaseState.ACTIVE)
+GRANTING = tuple(sorted(states.GRANTING))
 
 
 def _tenant_keys(tenant: Tenant) -> list[str]:
@@ -22,7 +23,9 @@ def _tenant_keys(tenant: Tenant) -> list[str]:
 
 
 def _grants(node: Node) -> tuple[list[dict[str, Any]], set[int]]:
-    rows = (Allocation.objects.filter(node=node, live=True, lease__state__in=GRANTING)
+    # A slot another lease may still be on is not granted yet (the handover fence).
+    rows = (handover.unfenced(Allocation.objects.filter(node=node, live=True,
+                                                        lease__state__in=GRANTING))
             .select_related("lease__tenant", "gpu").order_by("lease_id", "gpu__index"))
     per_lease: dict[Any, dict[str, Any]] = {}
     tenants: set[int] = set()
@@ -76,7 +79,9 @@ def push_fabric() -> int:
     """The partition map: each tenant with granting leases ↔ the HCA ports of their nodes."""
     _lock_row(FabricDesiredState, name="default")
     members: dict[int, set[str]] = defaultdict(set)
-    for tenant_id, guid in (Allocation.objects.filter(live=True, lease__state__in=GRANTING)
+    granting = handover.unfenced(Allocation.objects.filter(live=True,
+                                                           lease__state__in=GRANTING))
+    for tenant_id, guid in (granting
                             .values_list("lease__tenant_id", "node__hca_ports__port_guid")
                             .distinct()):
         if guid:

@@ -110,6 +110,11 @@ class Lease(models.Model):
     provision_attempts = models.PositiveSmallIntegerField(default=0)
     provision_targets = models.JSONField(default=dict, blank=True,
                                          help_text="node id -> desired generation to reach")
+    handover_pending = models.BooleanField(
+        default=False, help_text="pushed while a previous holder was still on some of its "
+                                 "GPU slots: pushed again once they are free (ADR 0104)")
+    teardown_deadline = models.DateTimeField(
+        null=True, blank=True, help_text="teardown not observed by then: GPUs quarantined")
     release_kind = models.CharField(max_length=16, blank=True,
                                     help_text="final state once released: ended/expired/…")
     warned_at = models.DateTimeField(null=True, blank=True)
@@ -174,6 +179,9 @@ class Allocation(models.Model):
     start_at = models.DateTimeField()
     end_at = models.DateTimeField()
     live = models.BooleanField(default=True)
+    released_generation = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="freed before its teardown was observed: the node's "
+        "desired generation that removed its grant; fenced until applied (ADR 0104)")
 
     class Meta:
         indexes = [models.Index(fields=["gpu", "live"]), models.Index(fields=["lease", "live"])]

@@ -20,8 +20,9 @@ from django.utils.translation import gettext as _
 from portal.core import clock
 from portal.core.crash import crashpoint
 from portal.fleet import selectors as fleet_selectors
+from portal.fleet.services.health import gpu_quarantine
 from portal.inventory.models import Gpu
-from portal.leasing import allocation, desired, notify, states
+from portal.leasing import allocation, desired, handover, notify, states
 from portal.leasing.models import (
     LOCK,
     LOCK_SKIP,
@@ -113,12 +114,12 @@ def _try_place(lease: Lease, placement: allocation.Placement, now: datetime) -> 
             if not _quota_allows(lease, placement):
                 _note_wait(lease, "quota", None)
                 return 0
+            start = _at(allocation.from_epoch(placement.start))
             if noticed:
-                _give_notice(placement.victims, by=lease,
-                             until=_at(allocation.from_epoch(placement.start)))
+                _give_notice(placement.victims, by=lease, until=start)
             else:
-                _preempt(placement.victims, by=lease)  # first: frees the victims' slots
-            _write_allocations(lease, placement, ignoring=noticed)
+                _preempt(placement.victims, by=lease, at=start)  # first: ends their slots
+            _write_allocations(lease, placement, ignoring=placement.victims)
             # The tenant's P_Key is allocated here, in the single-flight pass, and commits
             # with the placement: provisioning then only reads it. Allocated while pushing
             # nodes, two provisioning steps deadlocked (regression:
@@ -166,11 +167,14 @@ def _write_allocations(lease: Lease, placement: allocation.Placement,
 
 def _free_slots(gpu: Gpu, start: datetime, end: datetime, wanted: int,
                 ignoring: tuple[str, ...] = ()) -> list[int]:
-    # A lease past its end but still on the hardware keeps its slots (see allocation._leases),
-    # except the victims under notice (``ignoring``): they end exactly when this one starts.
-    used = set(Allocation.objects.filter(gpu=gpu, live=True, start_at__lt=end).filter(
-        Q(end_at__gt=start) | Q(lease__state__in=allocation.LINGERING))
-        .exclude(lease_id__in=list(ignoring)).values_list("slot", flat=True))
+    # A lease past its end but still on the hardware keeps its slots now (as in the
+    # snapshot: allocation._leases); a later window may follow it, fenced (``handover``).
+    # The victims (``ignoring``) end exactly when this one starts.
+    held = Q(end_at__gt=start)
+    if start < clock.now() + timedelta(seconds=1):
+        held |= Q(lease__state__in=allocation.LINGERING)
+    used = set(Allocation.objects.filter(gpu=gpu, live=True, start_at__lt=end).filter(held)
+               .exclude(lease_id__in=list(ignoring)).values_list("slot", flat=True))
     free = [s for s in range(SLOTS_PER_GPU) if s not in used]
     if len(free) < wanted:
         raise SlotConflict(f"GPU {gpu.pk} has {len(free)} free slots, {wanted} wanted")
@@ -222,7 +226,7 @@ def _give_notice(victims: tuple[str, ...], *, by: Lease, until: datetime) -> Non
     under an earlier notice keeps it; one not running yet is preempted at once."""
     for victim in Lease.objects.select_for_update(**LOCK).filter(pk__in=list(victims)):
         if victim.state != S.ACTIVE:
-            _preempt((str(victim.pk),), by=by)
+            _preempt((str(victim.pk),), by=by, at=until)
             continue
         if victim.release_kind == S.PREEMPTED and victim.end_at <= until:
             continue
@@ -234,18 +238,28 @@ def _give_notice(victims: tuple[str, ...], *, by: Lease, until: datetime) -> Non
         states.record(victim, "preemption_notice", reason=f"preempted by {by.short_id}",
                       data={"by": str(by.pk), "at": victim.end_at.isoformat()})
         notify.preempting(victim, victim.end_at)
+        _expire_on_time(victim)
 
 
-def _preempt(victims: tuple[str, ...], *, by: Lease) -> None:
+def _preempt(victims: tuple[str, ...], *, by: Lease, at: datetime) -> None:
     for victim in Lease.objects.select_for_update(**LOCK).filter(pk__in=list(victims)):
         if victim.state == S.SCHEDULED:
             Allocation.objects.filter(lease=victim, live=True).update(live=False)
             states.transition(victim, S.PREEMPTED, reason=f"preempted by {by.short_id}")
             notify.lease_changed(victim)
         elif victim.state in (S.ACTIVE, S.PROVISIONING):
-            Allocation.objects.filter(lease=victim, live=True).update(live=False)
+            _end_slots_at(victim, at)
             begin_release(victim, kind=S.PREEMPTED, reason=f"preempted by {by.short_id}")
         # A victim already releasing frees its slots when its teardown finishes.
+
+
+def _end_slots_at(victim: Lease, at: datetime) -> None:
+    """The victim's slots end where the preemptor's begin but stay live: the preemptor is
+    fenced (``handover``) until the victim's teardown is observed. (A slot that began at
+    ``at`` or later cannot end there; it never reached the hardware and is freed.)"""
+    rows = Allocation.objects.filter(lease=victim, live=True)
+    rows.filter(start_at__gte=at).update(live=False)
+    rows.filter(end_at__gt=at).update(end_at=at)
 
 
 # --- provisioning -------------------------------------------------------------------------
@@ -253,9 +267,10 @@ def _preempt(victims: tuple[str, ...], *, by: Lease) -> None:
 def _start_provisioning(lease: Lease, now: datetime, *, fields: tuple[str, ...] = (),
                         data: dict[str, object] | None = None) -> None:
     lease.provision_deadline = now + provision_timeout()
-    lease.provision_targets = {}
+    lease.provision_targets, lease.handover_pending = {}, False
     states.transition(lease, S.PROVISIONING, reason="placed", data=data,
-                      fields=(*fields, "provision_deadline", "provision_targets"))
+                      fields=(*fields, "provision_deadline", "provision_targets",
+                              "handover_pending"))
     lease_id = lease.pk
     transaction.on_commit(lambda: _enqueue("provision", lease_id))
 
@@ -297,9 +312,16 @@ def provision(lease_id: object) -> None:
         lease = _lock(lease_id)
         if lease is None or lease.state != S.PROVISIONING or lease.provision_targets:
             return
-        lease.provision_targets = _push(lease)
-        lease.save(update_fields=["provision_targets", "updated"])
+        _push_provisioning(lease)
         crashpoint("provision.after_push")
+
+
+def _push_provisioning(lease: Lease, *, fields: tuple[str, ...] = ()) -> None:
+    """Push the lease's nodes. The fence is read BEFORE the push: slots only ever become
+    free, so if it reads clear, the push granted every slot (see ``handover``)."""
+    lease.handover_pending = handover.is_fenced(lease)
+    lease.provision_targets = _push(lease)
+    lease.save(update_fields=["provision_targets", "handover_pending", "updated", *fields])
 
 
 def check_provisioned(lease_id: object) -> None:
@@ -308,40 +330,70 @@ def check_provisioned(lease_id: object) -> None:
         if lease is None or lease.state != S.PROVISIONING or not lease.provision_targets:
             return
         now = clock.now()
+        if lease.handover_pending:
+            _handover(lease, now)  # pushed again once free (maybe already applied), or not
+            if lease.handover_pending or lease.state != S.PROVISIONING:
+                return
         if _converged(lease.provision_targets):
             crashpoint("provision.before_active")
             lease.active_at = now
             states.transition(lease, S.ACTIVE, reason="all nodes converged",
                               fields=("active_at",))
             notify.lease_changed(lease)
+            _expire_on_time(lease)
         elif lease.provision_deadline and now > lease.provision_deadline:
             _provision_timed_out(lease)
 
 
+def _handover(lease: Lease, now: datetime) -> None:
+    """A lease pushed without some slots: once their previous holders are gone, push
+    again (with a fresh deadline) and wait for that; until then it is never ACTIVE."""
+    if not handover.is_fenced(lease):
+        lease.provision_deadline = now + provision_timeout()
+        _push_provisioning(lease, fields=("provision_deadline",))
+        states.record(lease, "handover", reason="previous holders' teardown observed")
+    elif lease.provision_deadline and now > lease.provision_deadline:
+        _provision_timed_out(lease)
+
+
 def _provision_timed_out(lease: Lease) -> None:
     lease.provision_attempts += 1
-    Allocation.objects.filter(lease=lease, live=True).update(live=False)
     if lease.provision_attempts < MAX_PROVISION_ATTEMPTS:
         lease.provision_targets = {}
         states.transition(lease, S.QUEUED, reason="nodes did not converge; retrying elsewhere",
                           fields=("provision_attempts", "provision_targets"))
-        _push_nodes_of(lease)
+        _withdraw(lease)
         after_commit_schedule()
     else:
         lease.release_kind = S.FAILED
         lease.ended_at = clock.now()
+        lease.teardown_deadline = lease.ended_at + release_timeout()
         states.transition(lease, S.RELEASING, reason="provisioning failed",
-                          fields=("provision_attempts", "release_kind", "ended_at"))
+                          fields=("provision_attempts", "release_kind", "ended_at",
+                                  "teardown_deadline"))
         lease.provision_targets = {}
         lease.save(update_fields=["provision_targets"])
+        _withdraw(lease)
         transaction.on_commit(lambda: _enqueue("teardown", lease.pk))
     notify.lease_changed(lease)
 
 
-def _push_nodes_of(lease: Lease) -> None:
-    for node in desired.lease_nodes(lease):
-        desired.push_node(node)
+def _withdraw(lease: Lease) -> None:
+    """Free the slots of a lease that no longer grants (it is not waiting for its own
+    teardown) and push its nodes without it. A node may have applied its grant already, so
+    each freed slot stays fenced (``Allocation.released_generation``, see ``handover``)
+    until its node has applied this push."""
+    freed = list(Allocation.objects.filter(lease=lease, live=True).values_list("pk", flat=True))
+    Allocation.objects.filter(pk__in=freed).update(live=False)
+    for node_id, generation in _push_nodes_of(lease).items():
+        Allocation.objects.filter(pk__in=freed, node_id=node_id).update(
+            released_generation=generation)
+
+
+def _push_nodes_of(lease: Lease) -> dict[int, int]:
+    pushed = {node.pk: desired.push_node(node) for node in desired.lease_nodes(lease)}
     desired.push_fabric()
+    return pushed
 
 
 # --- releasing ----------------------------------------------------------------------------
@@ -352,8 +404,10 @@ def begin_release(lease: Lease, *, kind: str, actor: str = "system", reason: str
     if lease.active_at is not None and lease.ended_at is None:
         lease.ended_at = clock.now()
     lease.provision_targets = {}
+    lease.teardown_deadline = clock.now() + release_timeout()
     states.transition(lease, S.RELEASING, actor=actor, reason=reason,
-                      fields=("release_kind", "ended_at", "provision_targets"))
+                      fields=("release_kind", "ended_at", "provision_targets",
+                              "teardown_deadline"))
     notify.lease_changed(lease)
     lease_id = lease.pk
     transaction.on_commit(lambda: _enqueue("teardown", lease_id))
@@ -374,15 +428,39 @@ def check_released(lease_id: object) -> None:
         lease = _lock(lease_id)
         if lease is None or lease.state != S.RELEASING or not lease.provision_targets:
             return
-        now = clock.now()
-        timed_out = now - lease.updated > release_timeout()
-        if not (_converged(lease.provision_targets) or timed_out):
-            return
-        finish_release(lease, note="teardown timed out" if timed_out else "")
+        if _converged(lease.provision_targets):
+            finish_release(lease)
+        elif clock.now() > (lease.teardown_deadline or lease.updated + release_timeout()):
+            _teardown_timed_out(lease)
+
+
+def _teardown_timed_out(lease: Lease) -> None:
+    """The node never confirmed the teardown: the previous tenant may still be on those
+    GPUs. Quarantine them (no one is placed there until staff release them), move the
+    leases that waited for them, then end this one."""
+    reason = f"teardown of lease {lease.short_id} not observed in time"
+    rows = Allocation.objects.filter(lease=lease, live=True).select_related("gpu", "node")
+    for row in {(r.node, r.gpu.index, r.gpu.uuid) for r in rows}:
+        gpu_quarantine(node=row[0], index=row[1], uuid=row[2], health=Gpu.Health.QUARANTINED,
+                       reason=reason)
+    waiting = handover.waiting_on(lease, states=(S.PROVISIONING, S.SCHEDULED))
+    for other in Lease.objects.select_for_update(**LOCK).filter(pk__in=waiting):
+        _displace(other, reason=f"its GPUs were quarantined: {reason}")
+    finish_release(lease, note="teardown not observed in time; GPUs quarantined")
+
+
+def _displace(lease: Lease, *, reason: str) -> None:
+    """Back to the queue, off the quarantined GPUs, to be placed elsewhere."""
+    lease.provision_targets, lease.handover_pending = {}, False
+    states.transition(lease, S.QUEUED, reason=reason,
+                      fields=("provision_targets", "handover_pending"))
+    _withdraw(lease)
+    notify.lease_changed(lease)
 
 
 def finish_release(lease: Lease, *, note: str = "") -> None:
     now = clock.now()
+    _wake_on_commit(handover.waiting_on(lease))
     for row in Allocation.objects.filter(lease=lease, live=True):
         row.live = False
         row.end_at = max(min(row.end_at, now), row.start_at + timedelta(seconds=1))
@@ -392,8 +470,27 @@ def finish_release(lease: Lease, *, note: str = "") -> None:
     after_commit_schedule()
 
 
+def _wake_on_commit(lease_ids: list[object]) -> None:
+    """The leases that waited for these slots push again (the reconciler backstops)."""
+    def wake() -> None:
+        for lease_id in lease_ids:
+            _enqueue("check_provisioned", lease_id)
+    if lease_ids:
+        transaction.on_commit(wake)
+
+
+def node_converged(node_id: int) -> None:
+    """A node's observed state changed (``fleet.hooks``): move what waits for it, in the
+    report's transaction. Teardowns first, so a GPU handed over is pushed at once."""
+    on_node = Allocation.objects.filter(node_id=node_id).values("lease_id")
+    for step, state in ((check_released, S.RELEASING), (check_provisioned, S.PROVISIONING)):
+        for lease_id in Lease.objects.filter(pk__in=on_node, state=state).order_by(
+                "created").values_list("pk", flat=True):
+            step(lease_id)
+
+
 def cancel(lease: Lease, *, actor: str, reason: str) -> None:
-    if lease.state in (S.REQUESTED, S.QUEUED, S.SCHEDULED):
+    if lease.state in states.WAITING | {S.SCHEDULED}:
         Allocation.objects.filter(lease=lease, live=True).update(live=False)
         states.transition(lease, S.CANCELLED, actor=actor, reason=reason)
         notify.lease_changed(lease)
@@ -413,6 +510,14 @@ def extend(lease: Lease, end_at: datetime) -> None:
     lease.end_at, lease.warned_at = end_at, None
     lease.save(update_fields=["end_at", "warned_at", "updated"])
     notify.lease_changed(lease)
+    _expire_on_time(lease)
+
+
+def _expire_on_time(lease: Lease) -> None:
+    """An ETA task ends the lease at ``end_at`` (the beat's ``expire_due`` backstops)."""
+    from portal.leasing import tasks
+
+    tasks.schedule_expiry_on_commit(lease.pk, lease.end_at)
 
 
 # --- time-driven --------------------------------------------------------------------------
@@ -435,13 +540,30 @@ def expire_due() -> int:
         due = list(Lease.objects.select_for_update(**LOCK_SKIP).select_related("tenant")
                    .filter(state=S.ACTIVE, end_at__lte=now))
         for lease in due:
-            if lease.release_kind == S.PREEMPTED:  # its notice ran out (``_give_notice``)
-                begin_release(lease, kind=S.PREEMPTED, reason="preemption notice ended")
-            else:
-                begin_release(lease, kind=S.EXPIRED, reason="reached its end time")
+            _expire(lease)
         if due:
             crashpoint("expire.before_commit")
     return len(due)
+
+
+def _expire(lease: Lease) -> None:
+    if lease.release_kind == S.PREEMPTED:  # its notice ran out (``_give_notice``)
+        begin_release(lease, kind=S.PREEMPTED, reason="preemption notice ended")
+    else:
+        begin_release(lease, kind=S.EXPIRED, reason="reached its end time")
+
+
+def expire_lease(lease_id: object) -> datetime | None:
+    """End one lease if it is due (its ETA task); the end still ahead, if it is not."""
+    with transaction.atomic():
+        lease = _lock(lease_id)
+        if lease is None or lease.state != S.ACTIVE:
+            return None
+        if lease.end_at > clock.now():
+            return lease.end_at
+        _expire(lease)
+        crashpoint("expire.before_commit")
+    return None
 
 
 def warn_expiring(minutes: int = 60) -> int:

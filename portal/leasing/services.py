@@ -315,7 +315,7 @@ def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
     """Move the end later if quota, budget and the calendar allow; else say how far."""
     require_role(actor, lease.tenant, Role.MEMBER)
     lease = _locked(lease)
-    if lease.state not in (S.SCHEDULED, S.PROVISIONING, S.ACTIVE, S.QUEUED):
+    if lease.state not in states.EXTENDABLE:
         raise _err("state", _("This lease can no longer be extended."),
                    states.IllegalTransition)
     if lease.state == S.ACTIVE and lease.release_kind == S.PREEMPTED:

@@ -28,10 +28,19 @@ ALLOWED: dict[str, frozenset[str]] = {
     S.PREEMPTED: frozenset(),
     S.EXPIRED: frozenset(),
 }
+# State groups: defined here once, used everywhere (query with ``state__in=sorted(GROUP)``).
 TERMINAL = frozenset(s for s, nxt in ALLOWED.items() if not nxt)
 WAITING = frozenset({S.REQUESTED, S.QUEUED})
+# Holds allocation rows (now or for a later start).
 HOLDING = frozenset({S.SCHEDULED, S.PROVISIONING, S.ACTIVE, S.RELEASING})
+# May be on the hardware: granted, or its teardown not yet observed (the handover fence).
+ON_HARDWARE = frozenset({S.PROVISIONING, S.ACTIVE, S.RELEASING})
+# Its users get access on its nodes and its tenant's partition includes their ports.
+GRANTING = frozenset({S.PROVISIONING, S.ACTIVE})
+# Waiting for nodes to converge: re-driven by convergence events and the reconciler.
+CONVERGING = frozenset({S.PROVISIONING, S.RELEASING})
 CANCELLABLE = frozenset({S.REQUESTED, S.QUEUED, S.SCHEDULED, S.PROVISIONING})
+EXTENDABLE = frozenset({S.QUEUED, S.SCHEDULED, S.PROVISIONING, S.ACTIVE})
 
 
 class IllegalTransition(Conflict):

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db import OperationalError, transaction
 
+from portal.core import clock
 from portal.core.tasks import durable_task
-from portal.leasing import orchestration
-from portal.leasing.models import Allocation, Lease
+from portal.leasing import orchestration, states
+from portal.leasing.models import Lease
 from portal.leasing.models import LeaseState as S
 
 log = logging.getLogger(__name__)
@@ -61,13 +64,17 @@ def enqueue_step(step: str, lease_id: str) -> None:
 
 @durable_task(time_limit=60)
 def simulate_agents(node_ids: list[str]) -> None:
-    """The simulated agents of the demo: apply desired state, then re-check leases."""
+    """The simulated agents of the demo: apply desired state, then the same convergence
+    event a real agent's report raises (``fleet.hooks``)."""
+    from portal.fleet import hooks
     from portal.fleet import services as fleet
     from portal.inventory.models import Node
 
     for node in Node.objects.filter(pk__in=node_ids):
+        # Applied and committed first: the apply holds the node's desired-state row, which a
+        # provisioning step takes after its lease row (the event then takes lease rows).
         fleet.simulate_apply(node=node)
-    check_leases_on(node_ids)
+        hooks.node_converged(node.pk)
 
 
 def simulate_agents_on_commit(node_ids: list[str]) -> None:
@@ -75,11 +82,55 @@ def simulate_agents_on_commit(node_ids: list[str]) -> None:
 
 
 def check_leases_on(node_ids: list[Any]) -> None:
-    lease_ids = Allocation.objects.filter(node_id__in=node_ids).values("lease_id")
-    for lease in Lease.objects.filter(pk__in=lease_ids,
-                                      state__in=[S.PROVISIONING, S.RELEASING]).only("id", "state"):
-        step = "check_provisioned" if lease.state == S.PROVISIONING else "check_released"
-        STEPS[step](lease.pk)
+    """What a convergence event on each node does (tests and the demo drive it)."""
+    for node_id in node_ids:
+        orchestration.node_converged(node_id)
+
+
+# --- expiry on time -----------------------------------------------------------------------
+
+def expiry_horizon() -> timedelta:
+    """ETA tasks are only sent this far ahead: below the broker's visibility timeout, so a
+    waiting task is not redelivered; the beat sends the later ones as their end nears."""
+    return timedelta(seconds=float(getattr(settings, "GPUPOOL_EXPIRY_ETA_HORIZON_S", 1800)))
+
+
+@durable_task(time_limit=60, autoretry_for=(OperationalError,), retry_backoff=0.5,
+              max_retries=8)
+def expire_lease(lease_id: str) -> None:
+    """At the lease's end (an ETA task): begin its release now, not at the next beat."""
+    end = orchestration.expire_lease(lease_id)
+    if end is not None:  # extended meanwhile, or the ETA fired a little early
+        schedule_expiry(lease_id, end)
+
+
+def schedule_expiry(lease_id: str, end_at: datetime) -> None:
+    """Send ``expire_lease`` for ``end_at`` if it is near enough (once per lease and end)."""
+    left = end_at - clock.now()
+    if left > expiry_horizon():
+        return
+    key = f"gpupool:expiry:{lease_id}:{end_at.timestamp()}"
+    try:
+        if left.total_seconds() > 1 and not cache.add(key, 1, timeout=int(
+                expiry_horizon().total_seconds()) + 60):
+            return
+        expire_lease.apply_async((lease_id,), eta=max(end_at, clock.now()))
+    except Exception:  # Redis down: the beat's ``expire_due`` ends it a little later
+        log.warning("could not schedule the expiry of %s", lease_id, exc_info=True)
+
+
+def schedule_expiry_on_commit(lease_id: object, end_at: datetime) -> None:
+    transaction.on_commit(lambda: schedule_expiry(str(lease_id), end_at))
+
+
+def schedule_near_expiries() -> int:
+    """Beat: ETA tasks for the active leases that end within the horizon."""
+    due = Lease.objects.filter(state=S.ACTIVE,
+                               end_at__lte=clock.now() + expiry_horizon()).values_list(
+        "pk", "end_at")
+    for lease_id, end_at in due:
+        schedule_expiry(str(lease_id), end_at)
+    return len(due)
 
 
 @durable_task(time_limit=120)
@@ -89,10 +140,12 @@ def reconcile() -> dict[str, int]:
 
 
 def reconcile_once() -> dict[str, int]:
-    counts = {"started": orchestration.start_due_reservations(),
-              "expired": orchestration.expire_due(),
-              "warned": orchestration.warn_expiring()}
-    for lease in Lease.objects.filter(state__in=[S.PROVISIONING, S.RELEASING]).only(
+    # Expiry first: a reservation due now must find the lease it follows already releasing.
+    counts = {"expired": orchestration.expire_due()}
+    counts["started"] = orchestration.start_due_reservations()
+    counts["warned"] = orchestration.warn_expiring()
+    counts["expiries_scheduled"] = schedule_near_expiries()
+    for lease in Lease.objects.filter(state__in=sorted(states.CONVERGING)).only(
             "id", "state", "provision_targets"):
         if lease.state == S.PROVISIONING:
             step = "check_provisioned" if lease.provision_targets else "provision"

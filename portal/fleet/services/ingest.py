@@ -2,7 +2,8 @@
 
 Per accepted node report: one insert claims the seq, two updates record the heartbeat,
 two selects read the previous latest rows, two bulk upserts write the new latest rows, at
-most two bulk inserts add the per-minute history, one update writes the observed state.
+most two bulk inserts add the per-minute history, one update writes the observed state;
+only when that changed does the convergence hook (``fleet.hooks``) move the node's leases.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from django.db import connection, transaction
 from django.db.models.functions import Greatest
 
 from portal.core import clock
-from portal.fleet import protocol
+from portal.fleet import hooks, protocol
 from portal.fleet.models import (
     Agent,
     AgentReport,
@@ -83,8 +84,8 @@ def report_ingest(*, agent: Agent, body: dict[str, Any]) -> dict[str, Any]:
             _fabric_observed(body["observed"])
     else:
         assert agent.node is not None
-        if accepted:
-            _node_report(agent.node, body, newest)
+        if accepted and _node_report(agent.node, body, newest):
+            hooks.node_converged(agent.node.pk)  # what waits for this node moves now
         health.heartbeat(node=agent.node, now=now)
     return {"protocol": protocol.PROTOCOL_VERSION, "seq": seq,
             "status": "accepted" if accepted else "duplicate",
@@ -119,7 +120,8 @@ def _heartbeat_pg(agent: Agent, body: dict[str, Any], now: datetime,
     return bool(claimed), generation
 
 
-def _node_report(node: Node, body: dict[str, Any], newest: bool) -> None:
+def _node_report(node: Node, body: dict[str, Any], newest: bool) -> bool:
+    """Store the report; True when the node's observed state changed."""
     telemetry = body["telemetry"]
     prev_gpus = {r["index"]: r for r in GpuTelemetry.objects.filter(node=node).values(
         "index", "ts", "healthy", "lost", "last_xid")}
@@ -139,8 +141,7 @@ def _node_report(node: Node, body: dict[str, Any], newest: bool) -> None:
     health.evaluate(node=node, gpus={k: v[1] for k, v in fresh_gpus.items()},
                     prev_gpus=prev_gpus, ports={k: v[1] for k, v in fresh_ports.items()},
                     prev_ports=prev_ports, xid_events=xids)
-    if newest:
-        _node_observed(node, body["observed"])
+    return newest and _node_observed(node, body["observed"])
 
 
 def _latest(telemetry: list[dict[str, Any]], key: str,
@@ -181,7 +182,7 @@ def _small(value: Any) -> int | None:
         and 0 <= value < 32768 else None
 
 
-def _node_observed(node: Node, observed: dict[str, Any]) -> None:
+def _node_observed(node: Node, observed: dict[str, Any]) -> bool:
     parts = [p for p in observed.get("partitions") or [] if isinstance(p, dict)]
     values = {"generation_applied": observed["generation_applied"],
               "partitions_in_sync": all(p.get("in_sync") is True for p in parts),
@@ -190,11 +191,12 @@ def _node_observed(node: Node, observed: dict[str, Any]) -> None:
         old = node.observed  # loaded with the credential (select_related)
         if (old.generation_applied, old.partitions_in_sync, old.document) == (
                 values["generation_applied"], values["partitions_in_sync"], observed):
-            return  # unchanged: no write on the hot path
+            return False  # unchanged: no write on the hot path
     except NodeObservedState.DoesNotExist:
         pass
     if not NodeObservedState.objects.filter(node=node).update(**values):
         NodeObservedState.objects.update_or_create(node=node, defaults=values)
+    return True
 
 
 def _fabric_observed(observed: dict[str, Any]) -> None:

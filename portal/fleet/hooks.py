@@ -1,0 +1,37 @@
+"""Fleet → other apps, without fleet importing them: callbacks run when a node converges.
+
+An app registers at start-up (``AppConfig.ready``): ``on_node_converged(callback)``. The
+ingest service calls ``node_converged(node_id)`` in the report's transaction when a node's
+observed state changed, so whatever waits for that node (a lease to activate or end) moves
+in the same commit; the reconciler stays the backstop for an event that is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from django.db import DatabaseError, transaction
+
+log = logging.getLogger(__name__)
+
+NodeConverged = Callable[[int], None]
+_callbacks: list[NodeConverged] = []
+
+
+def on_node_converged(callback: NodeConverged) -> None:
+    """Register ``callback(node_id)`` (once; registering it again is a no-op)."""
+    if callback not in _callbacks:
+        _callbacks.append(callback)
+
+
+def node_converged(node_id: int) -> None:
+    """Run every callback, each in a savepoint: a failing one (a deadlock victim, say) is
+    logged and undone alone, and the report that carried the news is still stored."""
+    for callback in list(_callbacks):
+        try:
+            with transaction.atomic():
+                callback(node_id)
+        except DatabaseError:
+            log.warning("node %s converged: %r failed; the reconciler re-drives it",
+                        node_id, callback, exc_info=True)
