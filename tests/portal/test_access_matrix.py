@@ -20,6 +20,7 @@ from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Gpu
 from portal.leasing.models import Lease, LeaseState
 from portal.tenants.models import Membership, Role
+from portal.tenants.invitations import invitation_create
 from portal.tenants.services import api_key_create
 from tests.portal.factories import add_member, client_for, make_tenant, make_user
 
@@ -46,8 +47,14 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, int]]] = {
     ("tenant-suspend", "POST"): ("tenant", {}, _row(401, 404, 403, 403, 403, 200)),
     ("tenant-resume", "POST"): ("tenant", {}, _row(401, 404, 403, 403, 403, 200)),
     ("membership-list", "GET"): ("tenant_slug", {}, _row(*A)),
-    ("membership-list", "POST"): ("tenant_slug", {"username": "newbie", "role": "member"},
-                                  _row(401, 404, 403, 403, 201, 201)),
+    # new members come by invitation (202 for any address: no account enumeration)
+    ("invitation-list", "GET"): ("tenant_slug", {}, _row(401, 404, 403, 403, 200, 200)),
+    ("invitation-list", "POST"): ("tenant_slug", {"email": "newbie@example.com",
+                                                  "role": "member"},
+                                  _row(401, 404, 403, 403, 202, 202)),
+    ("invitation-detail", "DELETE"): ("invitation", {}, _row(401, 404, 403, 403, 204, 204)),
+    ("invitation-accept", "POST"): ("none", {"token": "gpi_not-a-token"},
+                                    _row(401, 404, 404, 404, 404, 404)),
     ("membership-detail", "GET"): ("membership", {}, _row(*A)),
     ("membership-detail", "PATCH"): ("membership", {"role": "viewer"},
                                      _row(401, 404, 403, 403, 200, 200)),
@@ -137,7 +144,10 @@ def world(db: Any) -> dict[str, Any]:
     active = Lease.objects.create(tenant=a, name="a-active-secret", allowed_models=["H100"],
                                   gpu_model="H100", start_at=now, active_at=now,
                                   end_at=now + timedelta(hours=1), state=LeaseState.ACTIVE)
+    invitation = invitation_create(actor=users["admin"], tenant=a,
+                                   email="invitee@example.com").invitation
     return {"users": users, "a": a, "b": b, "key": key, "membership": victim, "audit": entry,
+            "invitation": invitation,
             "lease": lease, "active_lease": active,
             "node": "gpu-node-0001", "gpu": Gpu.objects.order_by("pk").first()}
 
@@ -148,6 +158,7 @@ def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "tenant": {"slug": "a"},
         "tenant_slug": {"tenant_slug": "a"},
         "membership": {"tenant_slug": "a", "pk": w["membership"].pk},
+        "invitation": {"tenant_slug": "a", "pk": w["invitation"].pk},
         "apikey": {"pk": w["key"].pk},
         "node": {"hostname": w["node"]},
         "gpu": {"pk": w["gpu"].pk},
