@@ -1,6 +1,15 @@
+from typing import Any
+
 from django.contrib import admin
 
-from portal.tenants.models import ApiKey, Membership, SshPublicKey, Tenant, UserPreference
+from portal.tenants.models import (
+    ApiKey,
+    Invitation,
+    Membership,
+    SshPublicKey,
+    Tenant,
+    UserPreference,
+)
 
 
 class MembershipInline(admin.TabularInline):
@@ -47,3 +56,19 @@ class UserPreferenceAdmin(admin.ModelAdmin):
     list_display = ("user", "language")
     search_fields = ("user__username",)
     list_filter = ("language",)
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    """Read-only: invitations are made and accepted through the portal (the services)."""
+
+    list_display = ("email", "tenant", "role", "inviter", "created", "expires_at",
+                    "accepted_at", "revoked_at")
+    list_filter = ("role", "tenant")
+    search_fields = ("email", "tenant__name")
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

@@ -19,8 +19,8 @@ from portal.core.services import audit_record
 from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Gpu
 from portal.leasing.models import Lease, LeaseState
-from portal.tenants.models import Membership, Role
 from portal.tenants.invitations import invitation_create
+from portal.tenants.models import Membership, Role
 from portal.tenants.services import api_key_create
 from tests.portal.factories import add_member, client_for, make_tenant, make_user
 
