@@ -87,3 +87,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def _fast_password_hashing(settings: Any) -> None:
     """PBKDF2's real cost is for production; tests hash thousands of passwords."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits() -> None:
+    """Rate-limit counters live in the cache. An in-memory cache outlives a test (and
+    SQLite reuses user ids), so start each test with none; Redis keys are per user id,
+    which PostgreSQL never reuses, and are left alone (a flush would hit Celery/Channels)."""
+    from django.conf import settings
+
+    if settings.CACHES["default"]["BACKEND"].endswith("LocMemCache"):
+        from django.core.cache import cache
+
+        cache.clear()
