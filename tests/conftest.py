@@ -91,12 +91,17 @@ def _fast_password_hashing(settings: Any) -> None:
 
 @pytest.fixture(autouse=True)
 def _fresh_rate_limits() -> None:
-    """Rate-limit counters live in the cache. An in-memory cache outlives a test (and
-    SQLite reuses user ids), so start each test with none; Redis keys are per user id,
-    which PostgreSQL never reuses, and are left alone (a flush would hit Celery/Channels)."""
+    """Rate-limit counters (``throttle_*`` keys, portal/core/throttles.py) live in the cache
+    and would outlive a test (a fresh test database reuses user ids): start each test with
+    none. Only those keys go — a flush would also hit Celery's and Channels' data."""
     from django.conf import settings
+    from django.core.cache import cache
 
-    if settings.CACHES["default"]["BACKEND"].endswith("LocMemCache"):
-        from django.core.cache import cache
-
+    backend = settings.CACHES["default"]["BACKEND"]
+    if backend.endswith("LocMemCache"):
         cache.clear()
+    elif backend.endswith("RedisCache") and not _redis_missing():
+        client = cache._cache.get_client(write=True)  # type: ignore[attr-defined]
+        keys = list(client.scan_iter(match="*throttle_*", count=500))
+        if keys:
+            client.delete(*keys)
