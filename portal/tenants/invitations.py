@@ -56,9 +56,10 @@ def _mail(invitation: Invitation, link: str) -> None:
         with translation.override(settings.LANGUAGE_CODE):
             words["role"] = str(ROLE_LABELS[Role(invitation.role)]).lower()
             subject = _("[gpupool] You are invited to %(tenant)s") % words
-            body = _("You are invited to join the tenant %(tenant)s as %(role)s. Sign in "
-                     "with this e-mail address and accept within %(days)s days: %(link)s\n"
-                     "If you did not expect this, ignore this message.") % words
+            body = "\n".join([
+                _("You are invited to join the tenant %(tenant)s as %(role)s. Sign in with "
+                  "this e-mail address and accept within %(days)s days: %(link)s") % words,
+                _("If you did not expect this, ignore this message.")])
         send_mail(subject, body, None, [invitation.email], fail_silently=False)
     except Exception:
         log.exception("could not send an invitation mail")

@@ -306,7 +306,10 @@ def test_two_admins_demoting_each_other_at_once_leave_one_admin() -> None:
             connection.close()
         return "ok"
 
-    assert sorted(in_threads(2, demote)) == ["last_admin", "ok"]
+    results = in_threads(2, demote)
+    # the later one finds either no other admin left, or that it is no admin any more
+    assert results.count("ok") == 1, results
+    assert set(results) - {"ok"} <= {"last_admin", "permission_denied"}, results
     assert Membership.objects.filter(tenant=t, role=Role.ADMIN).count() == 1
 
 

@@ -11,9 +11,10 @@ from django.utils.translation import gettext as _
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
-from portal.core.errors import ApplicationError, PermissionDenied
+from portal.core.errors import ApplicationError
 from portal.leasing.quotas import member_gpus
 from portal.tenants import invitations, services
+from portal.tenants.access import require_role
 from portal.tenants.models import Membership, Role
 from portal.tenants.selectors import api_key_list, invitation_list, membership_list
 from portal.web import panels
@@ -68,8 +69,7 @@ def members(request: HttpRequest) -> HttpResponse:
     tenant = request.tenant  # type: ignore[attr-defined]
     form = InviteForm(request.POST or None)
     if request.method == "POST":
-        if not can(request, Role.ADMIN):
-            raise PermissionDenied(_("This needs the admin role or higher."))
+        require_role(request.user, tenant, Role.ADMIN)
         if form.is_valid():
             try:
                 issued = invitations.invitation_create(
