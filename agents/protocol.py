@@ -9,8 +9,8 @@ which is also what the portal puts in a 400 body.
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
 PROTOCOL_VERSION = 1

@@ -8,8 +8,8 @@ report, field path and wording included (tests/portal/fleet/test_protocol.py che
 from __future__ import annotations
 
 import re
-from datetime import datetime
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypedDict
 
 PROTOCOL_VERSION = 1

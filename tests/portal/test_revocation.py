@@ -188,3 +188,13 @@ def test_other_tenants_nodes_are_not_pushed(
     committed(django_capture_on_commit_callbacks, tenant_services.membership_remove,
               actor=world["adam"], member=member(world, "ann"))
     assert {d.node_id: d.generation for d in idle} == before
+
+
+@pytest.mark.services("postgres")
+@pytest.mark.django_db(transaction=True)
+def test_removed_member_key_leaves_running_leases_after_a_real_commit(
+        world: dict[str, Any]) -> None:
+    """No captured hooks: the service's own transaction commits on PostgreSQL and the
+    on-commit push runs for real."""
+    tenant_services.membership_remove(actor=world["adam"], member=member(world, "ann"))
+    assert world["ann_key"] not in keys_on_hosts(world["lease"])
