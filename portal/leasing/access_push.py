@@ -9,8 +9,10 @@ nodes' complete desired state is recomputed (``desired.push_node``: the same fun
 lease transitions use, so there is one derivation) and written, which wakes the agents'
 long-polls; with simulated agents the simulation is queued as for a transition.
 
-A push that fails after the commit is logged; the change itself stays committed (the
-membership is gone either way), and the next push of that node carries it.
+A lease extension re-pushes that lease's nodes (:func:`push_lease_on_commit`), since
+its grants' ``not_after`` moves. A push that fails after the commit is logged; the change
+itself stays committed (the membership is gone either way), and the next push of that
+node carries it.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from django.db import DatabaseError, transaction
 from portal.core.errors import ApplicationError
 from portal.inventory.models import Node
 from portal.leasing import desired
-from portal.leasing.models import Allocation
+from portal.leasing.models import Allocation, Lease
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +41,11 @@ def nodes_of_tenants(tenant_ids: Iterable[Any]) -> list[Node]:
     return list(Node.objects.filter(pk__in=node_ids).order_by("hostname"))
 
 
-def push_tenants(tenant_ids: Iterable[Any]) -> list[Any]:
-    """Recompute and write the desired state of every node of the tenants' running leases,
-    one node per transaction; returns the pks of the nodes written."""
+def push_nodes(nodes: Iterable[Node]) -> list[Any]:
+    """Recompute and write each node's complete desired state, one node per transaction;
+    returns the pks of the nodes written (simulated agents apply them after commit)."""
     pushed: list[Any] = []
-    for node in nodes_of_tenants(tenant_ids):
+    for node in nodes:
         try:
             with transaction.atomic():
                 desired.push_node(node)
@@ -59,9 +61,19 @@ def push_tenants(tenant_ids: Iterable[Any]) -> list[Any]:
     return pushed
 
 
+def push_tenants(tenant_ids: Iterable[Any]) -> list[Any]:
+    """Push every node of the tenants' running leases."""
+    return push_nodes(nodes_of_tenants(tenant_ids))
+
+
 def push_tenants_on_commit(tenant_ids: Iterable[Any]) -> None:
     """Call from inside a service transaction: push once it commits (never if it rolls
     back, so a refused change pushes nothing)."""
     ids = sorted({str(t) for t in tenant_ids})
     if ids:
         transaction.on_commit(lambda: push_tenants(ids))
+
+
+def push_lease_on_commit(lease: Lease) -> None:
+    """Re-push the nodes of one lease after commit (its end, so ``not_after``, moved)."""
+    transaction.on_commit(lambda: push_nodes(desired.lease_nodes(lease)))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import base64
 import struct
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -198,3 +198,15 @@ def test_removed_member_key_leaves_running_leases_after_a_real_commit(
     on-commit push runs for real."""
     tenant_services.membership_remove(actor=world["adam"], member=member(world, "ann"))
     assert world["ann_key"] not in keys_on_hosts(world["lease"])
+
+
+def test_extended_lease_grants_move_not_after(
+        world: dict[str, Any], django_capture_on_commit_callbacks: Any) -> None:
+    """Once agents enforce ``not_after``, an extension must reach the hosts at once or the
+    lease's users would be locked out at the old end."""
+    lease = world["lease"]
+    new_end = lease.end_at + timedelta(hours=1)
+    committed(django_capture_on_commit_callbacks, services.lease_extend,
+              actor=world["alice"], lease=lease, end_at=new_end)
+    for grant in grants_of(lease):
+        assert grant["not_after"] == new_end.isoformat()
