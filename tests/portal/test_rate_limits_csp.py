@@ -170,3 +170,13 @@ def test_template_check_catches_what_it_should(tmp_path: Path) -> None:
     assert SCRIPT.findall("<script>alert(1)</script>") == [""]
     assert HANDLER.findall('<form onsubmit="return confirm(this.dataset.q)">') == ["onsubmit"]
     assert HANDLER.findall('<form data-confirm="Sure?">') == []
+
+
+def test_swagger_ui_page_has_no_inline_script(db: Any) -> None:
+    client = Client()
+    client.force_login(make_user("u"))
+    page = client.get("/api/docs/").content.decode()
+    assert [a for a in SCRIPT.findall(page) if "src=" not in a] == []
+    script = client.get("/api/docs/?script")
+    assert script.status_code == 200
+    assert script["Content-Type"].startswith("application/javascript")
