@@ -156,8 +156,8 @@ def membership_grant(*, actor: AnyUser | None, tenant: Tenant, user: Any,
 
 @transaction.atomic
 def membership_change_role(*, actor: AnyUser, member: Membership, role: str) -> Membership:
+    member = _locked_member(member)  # then check: the actor's own role may just have changed
     check_can_grant(actor, member.tenant, role)
-    member = _locked_member(member)
     if member.role == Role.OWNER and role != Role.OWNER:
         _keep_an_owner(actor, member, verb="demote")
     if role not in ADMIN_ROLES:
@@ -202,8 +202,8 @@ def membership_set_limit(*, actor: AnyUser, membership: Membership,
 @transaction.atomic
 def membership_remove(*, actor: AnyUser, member: Membership) -> None:
     """Remove a member; their keys leave the tenant's running leases once this commits."""
-    require_role(actor, member.tenant, Role.ADMIN)
     member = _locked_member(member)
+    require_role(actor, member.tenant, Role.ADMIN)
     _keep_an_owner(actor, member, verb="remove")
     _keep_an_admin(member, field="member")
     audit_record(actor=actor, action="membership.delete", obj=member, tenant=member.tenant,

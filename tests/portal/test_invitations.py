@@ -285,11 +285,20 @@ def test_last_admin_message_is_translated(admins_only: dict[str, Any]) -> None:
 
 @pytest.mark.services("postgres")
 @pytest.mark.django_db(transaction=True)
-def test_two_admins_demoting_each_other_at_once_leave_one_admin() -> None:
+def test_two_admins_demoting_each_other_at_once_leave_one_admin(monkeypatch: Any) -> None:
+    import time
+
     from django.db import connection
 
     from tests.portal.driving import in_threads
 
+    count = tenant_services._admins_left_without
+
+    def slow_count(member: Membership) -> int:  # widen the check-then-write window
+        time.sleep(0.3)
+        return count(member)
+
+    monkeypatch.setattr(tenant_services, "_admins_left_without", slow_count)
     t = make_tenant("race")
     ada, bea = add_member(t, "ada", Role.ADMIN), add_member(t, "bea", Role.ADMIN)
     pairs = [(ada, bea), (bea, ada)]
@@ -307,7 +316,8 @@ def test_two_admins_demoting_each_other_at_once_leave_one_admin() -> None:
         return "ok"
 
     results = in_threads(2, demote)
-    # the later one finds either no other admin left, or that it is no admin any more
+    # the tenant lock makes the later one see the first's commit: either no other admin is
+    # left, or its actor is no admin any more (the role is checked under the lock)
     assert results.count("ok") == 1, results
     assert set(results) - {"ok"} <= {"last_admin", "permission_denied"}, results
     assert Membership.objects.filter(tenant=t, role=Role.ADMIN).count() == 1
