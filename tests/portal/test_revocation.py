@@ -210,3 +210,28 @@ def test_extended_lease_grants_move_not_after(
               actor=world["alice"], lease=lease, end_at=new_end)
     for grant in grants_of(lease):
         assert grant["not_after"] == new_end.isoformat()
+
+
+def test_admin_site_edits_reach_the_hosts(
+        world: dict[str, Any], django_capture_on_commit_callbacks: Any) -> None:
+    """The Django admin bypasses the services; its membership and user edits still push."""
+    from django.test import Client
+    from django.urls import reverse
+
+    root = make_user("super", staff=True, is_superuser=True)
+    site = Client()
+    site.force_login(root)
+    ann = member(world, "ann")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = site.post(reverse("admin:tenants_membership_change", args=[ann.pk]), {
+            "tenant": world["a"].pk, "user": world["ann"].pk, "role": "viewer", "max_gpus": ""})
+    assert response.status_code == 302, response.content[:2000]
+    assert world["ann_key"] not in keys_on_hosts(world["lease"])
+    alice = world["alice"]
+    with django_capture_on_commit_callbacks(execute=True):
+        response = site.post(reverse("admin:auth_user_change", args=[alice.pk]), {
+            "username": alice.username, "email": alice.email, "is_active": "",
+            "date_joined_0": "2026-11-01", "date_joined_1": "09:00:00",
+            "initial-date_joined_0": "2026-11-01", "initial-date_joined_1": "09:00:00"})
+    assert response.status_code == 302, response.content[:3000]
+    assert world["alice_key"] not in keys_on_hosts(world["lease"])
