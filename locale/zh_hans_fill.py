@@ -142,7 +142,7 @@ ZH.update({
 "Accept invitation": "接受邀请", "Invitation not valid": "邀请无效",
 "This invitation is not valid any more (accepted, withdrawn or expired). Ask a tenant admin for a new one.": "此邀请已失效（已接受、已撤回或已过期）。请向租户管理员索取新的邀请。",
 "We e-mail a link; the person joins when they sign in with that address and accept. Owners, admins and members get a login on the machines of the tenant's leases; viewers do not.": "我们会发送一封带链接的电子邮件；对方使用该地址登录并接受后即可加入。所有者、管理员和成员可以登录租户租约的机器；只读成员不能。",
-"Send invitation": "发送邀请", "Open invitations": "未处理的邀请", "Withdraw": "撤回",
+"Send invitation": "发送邀请", "Open invitations": "未处理的邀请", "Withdraw": "撤回", "No such member.": "没有这个成员。",
 "Ask a tenant admin to invite you, then open the link in the e-mail.": "请让租户管理员邀请您，然后打开邮件中的链接。",
 })
 

@@ -99,8 +99,11 @@ def _lock_tenant(tenant_id: Any) -> Tenant:
 
 def _locked_member(member: Membership) -> Membership:
     _lock_tenant(member.tenant_id)
-    return (Membership.objects.select_for_update(of=("self",))
-            .select_related("tenant", "user").get(pk=member.pk))
+    locked = (Membership.objects.select_for_update(of=("self",))
+              .select_related("tenant", "user").filter(pk=member.pk).first())
+    if locked is None:  # removed meanwhile (a concurrent request)
+        raise NotFound(_("No such member."))
+    return locked
 
 
 def _owners_left_without(member: Membership) -> int:

@@ -328,3 +328,10 @@ def test_access_gate_default_tenant_is_unchanged_by_invitations(world: dict[str,
     invitations.invitation_create(actor=world["adam"], tenant=world["acme"],
                                   email="carol@example.com")
     assert list(access.tenants_for(world["carol"]).values_list("slug", flat=True)) == ["zulu"]
+
+
+def test_removing_a_member_removed_meanwhile_is_a_404(admins_only: dict[str, Any]) -> None:
+    stale = _m(admins_only, "max")
+    Membership.objects.filter(pk=stale.pk).delete()
+    with pytest.raises(NotFound):
+        tenant_services.membership_remove(actor=admins_only["ada"], member=stale)
