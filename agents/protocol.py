@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, NotRequired, TypedDict
 
 PROTOCOL_VERSION = 1
@@ -307,3 +308,15 @@ def _grant(v: _V, grant: Any, gp: str) -> None:
     for i, idx in enumerate(v.lst(g.get("gpu_indices"), f"{gp}.gpu_indices")):
         if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
             v.add(f"{gp}.gpu_indices[{i}]", "must be an integer >= 0")
+    not_after = g.get("not_after")  # optional: the lease end; no login after it
+    if not_after is not None and not _is_aware_time(not_after):
+        v.add(f"{gp}.not_after", "must be an RFC 3339 time with a UTC offset")
+
+
+def _is_aware_time(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    try:
+        return datetime.fromisoformat(value).tzinfo is not None
+    except ValueError:
+        return False

@@ -122,6 +122,30 @@ ZH.update({
 "warning": "警告", "list prices": "目录价格", "Suspend": "暂停", "Resume": "恢复",
 })
 
+# Membership, invitations, revocation, rate limits (docs/security.md).
+ZH.update({
+"[gpupool] You are invited to %(tenant)s": "[gpupool] 您受邀加入 %(tenant)s",
+"You are invited to join the tenant %(tenant)s as %(role)s. Sign in with this e-mail address and accept within %(days)s days: %(link)s": "您受邀以%(role)s身份加入租户 %(tenant)s。请使用此电子邮件地址登录，并在 %(days)s 天内接受：%(link)s",
+"If you did not expect this, ignore this message.": "如果您没有预期收到此邀请，请忽略本邮件。",
+"Enter a valid email address.": "请输入有效的电子邮件地址。",
+"This invitation is not valid any more (accepted, withdrawn or expired).": "此邀请已失效（已接受、已撤回或已过期）。",
+"Invalid or expired invitation.": "邀请无效或已过期。",
+"A tenant keeps at least one owner or admin: make someone else an admin first.": "租户必须至少保留一名所有者或管理员：请先将其他人设为管理员。",
+"Only platform staff can deactivate users.": "只有平台工作人员可以停用用户。",
+"Too many attempts. Wait a minute and try again.": "尝试次数过多。请稍等一分钟后重试。",
+"You joined %(tenant)s as %(role)s. Switch to it from the tenant menu when you want to work there.": "您已以%(role)s身份加入 %(tenant)s。需要在该租户中工作时，请从租户菜单切换。",
+"An invitation was sent to %(email)s.": "已向 %(email)s 发送邀请。",
+"Invitation to %(email)s withdrawn.": "发给 %(email)s 的邀请已撤回。",
+"Invitation": "邀请", "Join %(tenant)s": "加入 %(tenant)s",
+"%(inviter)s invites you with the role %(role)s.": "%(inviter)s 邀请您担任%(role)s。",
+"Accepting does not change the tenant you are working in; switch from the tenant menu when you want to.": "接受邀请不会改变您当前工作的租户；需要时请从租户菜单切换。",
+"Accept invitation": "接受邀请", "Invitation not valid": "邀请无效",
+"This invitation is not valid any more (accepted, withdrawn or expired). Ask a tenant admin for a new one.": "此邀请已失效（已接受、已撤回或已过期）。请向租户管理员索取新的邀请。",
+"We e-mail a link; the person joins when they sign in with that address and accept. Owners, admins and members get a login on the machines of the tenant's leases; viewers do not.": "我们会发送一封带链接的电子邮件；对方使用该地址登录并接受后即可加入。所有者、管理员和成员可以登录租户租约的机器；只读成员不能。",
+"Send invitation": "发送邀请", "Open invitations": "未处理的邀请", "Withdraw": "撤回", "No such member.": "没有这个成员。",
+"Ask a tenant admin to invite you, then open the link in the e-mail.": "请让租户管理员邀请您，然后打开邮件中的链接。",
+})
+
 PLURAL = {"%(n)s link error": ["%(n)s 个链路错误"]}
 
 

@@ -14,6 +14,8 @@ router.trailing_slash = "/?"  # accept both /leases and /leases/ (DRF's flag is 
 router.register("tenants", tenants.TenantViewSet, basename="tenant")
 router.register(r"tenants/(?P<tenant_slug>[-a-zA-Z0-9_]+)/memberships",
                 tenants.MembershipViewSet, basename="membership")
+router.register(r"tenants/(?P<tenant_slug>[-a-zA-Z0-9_]+)/invitations",
+                tenants.InvitationViewSet, basename="invitation")
 router.register("api-keys", tenants.ApiKeyViewSet, basename="apikey")
 router.register("nodes", inventory.NodeViewSet, basename="node")
 router.register("gpus", inventory.GpuViewSet, basename="gpu")
@@ -24,6 +26,7 @@ router.register("leases", leasing.LeaseViewSet, basename="lease")
 
 urlpatterns = [
     path("me", tenants.MeView.as_view(), name="me"),
+    path("invitations/accept", tenants.InvitationAcceptView.as_view(), name="invitation-accept"),
     path("capacity", inventory.CapacityView.as_view(), name="capacity"),
     path("billing/usage", billing.UsageExportView.as_view(), name="billing-usage"),
     path("billing/invoices", billing.InvoiceListView.as_view(), name="billing-invoices"),

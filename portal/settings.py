@@ -71,6 +71,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "portal.core.csp.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.locale.LocaleMiddleware",
@@ -181,6 +182,7 @@ GPUPOOL_PROVISION_TIMEOUT_S = int(os.environ.get("GPUPOOL_PROVISION_TIMEOUT_S", 
 GPUPOOL_RELEASE_TIMEOUT_S = int(os.environ.get("GPUPOOL_RELEASE_TIMEOUT_S", "300"))
 # A running spot lease is told this long before it is preempted (0: preempted at once).
 GPUPOOL_PREEMPT_GRACE_S = int(os.environ.get("GPUPOOL_PREEMPT_GRACE_S", "120"))
+GPUPOOL_INVITATION_DAYS = int(os.environ.get("GPUPOOL_INVITATION_DAYS", "7"))
 if GPUPOOL_SIMULATED_AGENTS:
     CELERY_BEAT_SCHEDULE["simulated-telemetry"] = {
         "task": "portal.leasing.tasks.simulate_telemetry",
@@ -247,6 +249,34 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "portal.core.api.errors.exception_handler",
     "DEFAULT_VERSIONING_CLASS": None,
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
+    # Rate limits (docs/security.md "Rate limits and CSP"): per user, else per address.
+    "DEFAULT_THROTTLE_CLASSES": ["portal.core.throttles.PortalThrottle"],
+    "DEFAULT_THROTTLE_RATES": {
+        "login": os.environ.get("GPUPOOL_RATE_LOGIN", "20/min"),
+        "orders": os.environ.get("GPUPOOL_RATE_ORDERS", "30/min"),
+        "quotes": os.environ.get("GPUPOOL_RATE_QUOTES", "120/min"),
+        "api_keys": os.environ.get("GPUPOOL_RATE_API_KEYS", "10/min"),
+        "invitations": os.environ.get("GPUPOOL_RATE_INVITATIONS", "30/hour"),
+        "invitation_accept": os.environ.get("GPUPOOL_RATE_INVITATION_ACCEPT", "20/min"),
+    },
+}
+# Writes limited by URL name (the views need not know); the pages share the API's counters.
+GPUPOOL_THROTTLE_ROUTES = {"order-create": "orders", "order-quote": "quotes",
+                           "apikey-list": "api_keys", "invitation-list": "invitations"}
+# Content-Security-Policy (portal/core/csp.py): "'nonce'" = this request's nonce. Inline
+# styles stay allowed (style attributes in templates; htmx's indicator style).
+GPUPOOL_CSP = {
+    "default-src": ["'self'"], "script-src": ["'self'", "'nonce'"],
+    "style-src": ["'self'", "'unsafe-inline'"], "img-src": ["'self'", "data:"],
+    "font-src": ["'self'"], "connect-src": ["'self'"], "object-src": ["'none'"],
+    "base-uri": ["'self'"], "form-action": ["'self'"], "frame-ancestors": ["'none'"],
+}
+_DOCS_CDN = ["https://cdn.jsdelivr.net"]
+GPUPOOL_CSP_EXTRA = {  # the API docs pages load Swagger UI / Redoc from their CDN
+    "/api/docs/": {"script-src": _DOCS_CDN, "style-src": _DOCS_CDN, "img-src": _DOCS_CDN},
+    "/api/redoc/": {"script-src": _DOCS_CDN, "style-src": [*_DOCS_CDN, "https://fonts.googleapis.com"],
+                    "font-src": ["https://fonts.gstatic.com"], "img-src": _DOCS_CDN,
+                    "worker-src": ["blob:"]},
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "gpupool API",

@@ -87,3 +87,21 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 def _fast_password_hashing(settings: Any) -> None:
     """PBKDF2's real cost is for production; tests hash thousands of passwords."""
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rate_limits() -> None:
+    """Rate-limit counters (``throttle_*`` keys, portal/core/throttles.py) live in the cache
+    and would outlive a test (a fresh test database reuses user ids): start each test with
+    none. Only those keys go — a flush would also hit Celery's and Channels' data."""
+    from django.conf import settings
+    from django.core.cache import cache
+
+    backend = settings.CACHES["default"]["BACKEND"]
+    if backend.endswith("LocMemCache"):
+        cache.clear()
+    elif backend.endswith("RedisCache") and not _redis_missing():
+        client = cache._cache.get_client(write=True)  # type: ignore[attr-defined]
+        keys = list(client.scan_iter(match="*throttle_*", count=500))
+        if keys:
+            client.delete(*keys)

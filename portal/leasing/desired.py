@@ -10,16 +10,16 @@ from portal.fleet.models import FabricDesiredState, NodeDesiredState
 from portal.inventory.models import HcaPort, Node
 from portal.leasing import handover, states
 from portal.leasing.models import Allocation, Lease
-from portal.tenants.models import Membership, SshPublicKey, Tenant
+from portal.tenants.models import Tenant
+from portal.tenants.selectors import host_login_keys
 
 # Leases whose users must have access and whose tenant partition must include the node.
 GRANTING = tuple(sorted(states.GRANTING))
 
 
 def _tenant_keys(tenant: Tenant) -> list[str]:
-    users = Membership.objects.filter(tenant=tenant).values("user_id")
-    return [k.public_key for k in SshPublicKey.objects.filter(user_id__in=users)
-            .order_by("user_id", "name")]
+    """Who may log in is the tenants app's decision (roles, active users, suspension)."""
+    return host_login_keys(tenant=tenant)
 
 
 def _grants(node: Node) -> tuple[list[dict[str, Any]], set[int]]:
@@ -37,7 +37,7 @@ def _grants(node: Node) -> tuple[list[dict[str, Any]], set[int]]:
         grant = per_lease.setdefault(lease.pk, {
             "lease_id": f"ls_{lease.pk.hex[:16]}", "account": f"lease-{lease.pk.hex[:12]}",
             "gpu_indices": [], "gpu_uuids": [], "ssh_authorized_keys": keys[lease.tenant_id],
-            "expires_at": lease.end_at.isoformat()})
+            "expires_at": lease.end_at.isoformat(), "not_after": lease.end_at.isoformat()})
         if row.gpu.index not in grant["gpu_indices"]:
             grant["gpu_indices"].append(row.gpu.index)
             grant["gpu_uuids"].append(row.gpu.uuid)

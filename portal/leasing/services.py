@@ -19,7 +19,7 @@ from portal.core.errors import ApplicationError, PermissionDenied
 from portal.core.services import audit_record
 from portal.inventory.catalog import CATALOG
 from portal.inventory.models import Gpu
-from portal.leasing import states
+from portal.leasing import access_push, states
 from portal.leasing.models import LOCK, MILLI_PER_SLOT, Lease, Locality, Priority
 from portal.leasing.models import LeaseState as S
 from portal.leasing.quotas import (
@@ -345,6 +345,7 @@ def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
                         "hours": str(extra.hours)})
     audit_record(actor=actor, action="lease.extend", obj=lease,
                  changes={"end_at": [old_end.isoformat(), end_at.isoformat()]})
+    access_push.push_lease_on_commit(lease)  # the grants' not_after moves
     return lease
 
 

@@ -127,3 +127,36 @@ class UserPreference(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} ({self.language or 'default'})"
+
+
+class Invitation(models.Model):
+    """An offer of a role in a tenant, sent to an e-mail address and accepted by whoever
+    signs in with that address and holds the token. Only a SHA-256 of the token is kept.
+    Open = neither accepted nor revoked (one open invitation per tenant and address)."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField(help_text="stored lower-case")
+    role = models.CharField(max_length=16, choices=Role.choices, default=Role.MEMBER)
+    token_hash = models.CharField(max_length=64, unique=True)
+    inviter = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
+                                null=True, blank=True, related_name="invitations_sent")
+    created = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
+                                    null=True, blank=True, related_name="invitations_accepted")
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "email"], name="invitation_one_open_per_address",
+                condition=Q(accepted_at__isnull=True, revoked_at__isnull=True)),
+            models.CheckConstraint(condition=Q(email=models.functions.Lower("email")),
+                                   name="invitation_email_lower"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.email} → {self.tenant} ({self.role})"

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from portal.tenants.access import Who, principal_of, require_role, tenants_for
-from portal.tenants.models import ApiKey, Membership, Role, Tenant
+from portal.tenants.models import ApiKey, Invitation, Membership, Role, SshPublicKey, Tenant
 
 
 def tenant_list(*, user: Who) -> QuerySet[Tenant]:
@@ -39,3 +42,44 @@ def api_key_list(*, user: Who) -> QuerySet[ApiKey]:
     if p.via_key:
         return qs.filter(tenant__in=tenants_for(p))
     return qs
+
+# Roles that get a login on the hosts of their tenant's leases. Viewers read the portal
+# only: no shell on the machines (docs/security.md, "Removed members and revocation").
+HOST_LOGIN_ROLES = (Role.OWNER, Role.ADMIN, Role.MEMBER)
+
+
+def host_login_keys(*, tenant: Tenant) -> list[str]:
+    """The SSH public keys granted to the lease accounts of ``tenant``'s leases: those of
+    its active owners, admins and members, and none at all while the tenant is suspended.
+    A system read (desired state), not reachable by a user."""
+    if not tenant.is_active:
+        return []
+    users = (Membership.objects.filter(tenant=tenant, role__in=HOST_LOGIN_ROLES,
+                                       user__is_active=True).values("user_id"))
+    return list(SshPublicKey.objects.filter(user_id__in=users).order_by("user_id", "name")
+                .values_list("public_key", flat=True))
+
+
+INVITATION_TOKEN_PREFIX = "gpi_"
+
+
+def hash_token(token: str) -> str:
+    """Invitation tokens are 256-bit random secrets: a plain SHA-256 is a sound hash."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def invitation_by_token(token: str) -> Invitation | None:
+    """The open, unexpired invitation ``token`` names; None for anything else."""
+    if not token.startswith(INVITATION_TOKEN_PREFIX):
+        return None
+    return (Invitation.objects.select_related("tenant", "inviter")
+            .filter(token_hash=hash_token(token), accepted_at__isnull=True,
+                    revoked_at__isnull=True, expires_at__gt=timezone.now()).first())
+
+
+def invitation_list(*, user: Who, tenant: Tenant) -> QuerySet[Invitation]:
+    """Open invitations of ``tenant`` (owners and admins only)."""
+    require_role(user, tenant, Role.ADMIN)
+    return (Invitation.objects.filter(tenant=tenant, accepted_at__isnull=True,
+                                      revoked_at__isnull=True, expires_at__gt=timezone.now())
+            .select_related("inviter", "tenant").order_by("email"))

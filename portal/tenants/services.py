@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 from django.utils.text import slugify
@@ -16,8 +15,10 @@ from django.utils.translation import gettext as _
 
 from portal.core.errors import ApplicationError, Conflict, NotFound, PermissionDenied
 from portal.core.services import audit_record, model_changes
+from portal.leasing import access_push
 from portal.tenants.access import AnyUser, is_staff, require_role, role_in
-from portal.tenants.models import ApiKey, Membership, Role, Tenant
+from portal.tenants.models import ApiKey, Membership, Role, SshPublicKey, Tenant
+from portal.tenants.sshkeys import parse_public_key
 
 API_KEY_PREFIX = "gpk"
 
@@ -73,10 +74,12 @@ def tenant_set_status(*, actor: AnyUser, tenant: Tenant, status: str, reason: st
     tenant.save(update_fields=["status"])
     audit_record(actor=actor, action=f"tenant.{'suspend' if status == 'suspended' else 'resume'}",
                  obj=tenant, changes={"status": [old, status], "reason": reason})
+    if old != status:  # a suspended tenant's leases keep no host logins
+        access_push.push_tenants_on_commit([tenant.pk])
     return tenant
 
 
-def _check_can_grant(actor: AnyUser, tenant: Tenant, role: str) -> None:
+def check_can_grant(actor: AnyUser, tenant: Tenant, role: str) -> None:
     require_role(actor, tenant, Role.ADMIN)
     if role not in Role.values:
         raise ApplicationError(_("Unknown role."), fields={
@@ -85,28 +88,22 @@ def _check_can_grant(actor: AnyUser, tenant: Tenant, role: str) -> None:
         raise PermissionDenied(_("Only an owner can make owners."))
 
 
-@transaction.atomic
-def membership_add(*, actor: AnyUser, tenant: Tenant, username: str = "", email: str = "",
-                   role: str = Role.MEMBER) -> Membership:
-    _check_can_grant(actor, tenant, role)
-    user_model = get_user_model()
-    user = None
-    if username:
-        user = user_model.objects.filter(username=username).first()
-    elif email:
-        user = user_model.objects.filter(email__iexact=email).first()
-    if user is None:
-        field = "username" if username else "email"
-        raise ApplicationError(_("No such user."), fields={field: [_("No user with this value.")]})
-    try:
-        with transaction.atomic():
-            member = Membership.objects.create(tenant=tenant, user=user, role=role)
-    except IntegrityError as exc:
-        raise Conflict(_("Already a member."),
-                       fields={"username": [_("Already a member.")]}) from exc
-    audit_record(actor=actor, action="membership.create", obj=member, tenant=tenant,
-                 changes={"user": user.get_username(), "role": role})
-    return member
+ADMIN_ROLES = (Role.OWNER, Role.ADMIN)
+
+
+def _lock_tenant(tenant_id: Any) -> Tenant:
+    """Serialise membership changes of one tenant (two admins demoting each other at once
+    must not both pass the last-admin check)."""
+    return Tenant.objects.select_for_update().get(pk=tenant_id)
+
+
+def _locked_member(member: Membership) -> Membership:
+    _lock_tenant(member.tenant_id)
+    locked = (Membership.objects.select_for_update(of=("self",))
+              .select_related("tenant", "user").filter(pk=member.pk).first())
+    if locked is None:  # removed meanwhile (a concurrent request)
+        raise NotFound(_("No such member."))
+    return locked
 
 
 def _owners_left_without(member: Membership) -> int:
@@ -114,21 +111,67 @@ def _owners_left_without(member: Membership) -> int:
             .exclude(pk=member.pk).count())
 
 
+def _admins_left_without(member: Membership) -> int:
+    return (Membership.objects.filter(tenant_id=member.tenant_id, role__in=ADMIN_ROLES,
+                                      user__is_active=True)
+            .exclude(pk=member.pk).count())
+
+
+def last_admin_message() -> str:
+    return _("A tenant keeps at least one owner or admin: make someone else an admin first.")
+
+
+def _keep_an_admin(member: Membership, *, field: str) -> None:
+    """Refuse to take away the tenant's last active owner/admin (removal, demotion,
+    deactivation)."""
+    if member.role in ADMIN_ROLES and _admins_left_without(member) == 0:
+        raise ApplicationError(last_admin_message(), fields={field: [last_admin_message()]},
+                               code="last_admin")
+
+
+def _keep_an_owner(actor: AnyUser, member: Membership, *, verb: str) -> None:
+    if member.role != Role.OWNER:
+        return
+    if not (is_staff(actor) or role_in(actor, member.tenant) == Role.OWNER):
+        raise PermissionDenied(_("Only an owner can demote an owner.") if verb == "demote"
+                               else _("Only an owner can remove an owner."))
+    if _owners_left_without(member) == 0:
+        raise ApplicationError(_("A tenant keeps at least one owner."),
+                               fields={"role": [_("This is the last owner.")]},
+                               code="last_owner")
+
+
+def membership_grant(*, actor: AnyUser | None, tenant: Tenant, user: Any,
+                     role: str) -> Membership:
+    """Make ``user`` a member (inside the caller's transaction; the invitation flow and
+    fixtures call it — nobody is added without accepting an invitation)."""
+    try:
+        with transaction.atomic():
+            member = Membership.objects.create(tenant=tenant, user=user, role=role)
+    except IntegrityError as exc:
+        raise Conflict(_("Already a member."),
+                       fields={"email": [_("Already a member.")]}) from exc
+    audit_record(actor=actor, action="membership.create", obj=member, tenant=tenant,
+                 changes={"user": user.get_username(), "role": role})
+    access_push.push_tenants_on_commit([tenant.pk])
+    return member
+
+
 @transaction.atomic
 def membership_change_role(*, actor: AnyUser, member: Membership, role: str) -> Membership:
-    _check_can_grant(actor, member.tenant, role)
-    member = Membership.objects.select_for_update().get(pk=member.pk)
+    member = _locked_member(member)  # then check: the actor's own role may just have changed
+    check_can_grant(actor, member.tenant, role)
     if member.role == Role.OWNER and role != Role.OWNER:
-        if not (is_staff(actor) or role_in(actor, member.tenant) == Role.OWNER):
-            raise PermissionDenied(_("Only an owner can demote an owner."))
-        if _owners_left_without(member) == 0:
-            raise ApplicationError(_("A tenant keeps at least one owner."),
-                                   fields={"role": [_("This is the last owner.")]})
+        _keep_an_owner(actor, member, verb="demote")
+    if role not in ADMIN_ROLES:
+        _keep_an_admin(member, field="role")
     old = member.role
     member.role = role
     member.save(update_fields=["role"])
     audit_record(actor=actor, action="membership.update", obj=member, tenant=member.tenant,
                  changes={"role": [old, role]})
+    if old != role:
+        access_push.push_tenants_on_commit([member.tenant_id])
     return member
 
 
@@ -161,16 +204,38 @@ def membership_set_limit(*, actor: AnyUser, membership: Membership,
 
 @transaction.atomic
 def membership_remove(*, actor: AnyUser, member: Membership) -> None:
+    """Remove a member; their keys leave the tenant's running leases once this commits."""
+    member = _locked_member(member)
     require_role(actor, member.tenant, Role.ADMIN)
-    if member.role == Role.OWNER:
-        if not (is_staff(actor) or role_in(actor, member.tenant) == Role.OWNER):
-            raise PermissionDenied(_("Only an owner can remove an owner."))
-        if _owners_left_without(member) == 0:
-            raise ApplicationError(_("A tenant keeps at least one owner."),
-                                   fields={"role": [_("This is the last owner.")]})
+    _keep_an_owner(actor, member, verb="remove")
+    _keep_an_admin(member, field="member")
     audit_record(actor=actor, action="membership.delete", obj=member, tenant=member.tenant,
                  changes={"user": member.user.get_username(), "role": member.role})
+    tenant_id = member.tenant_id
     member.delete()
+    access_push.push_tenants_on_commit([tenant_id])
+
+
+@transaction.atomic
+def user_set_active(*, actor: AnyUser, user: Any, active: bool) -> Any:
+    """Deactivate (or reactivate) a user account (staff only). A deactivated user signs
+    in nowhere and loses host logins at once; refused while they are the last active
+    owner/admin of a tenant."""
+    if not is_staff(actor):
+        raise PermissionDenied(_("Only platform staff can deactivate users."))
+    user = type(user).objects.select_for_update().get(pk=user.pk)
+    memberships = list(Membership.objects.filter(user=user).select_related("tenant"))
+    if not active:
+        for member in memberships:
+            _lock_tenant(member.tenant_id)
+            _keep_an_admin(member, field="is_active")
+    if user.is_active != active:
+        user.is_active = active
+        user.save(update_fields=["is_active"])
+        audit_record(actor=actor, action="user.activate" if active else "user.deactivate",
+                     obj=user, changes={"is_active": active})
+        access_push.push_tenants_on_commit(m.tenant_id for m in memberships)
+    return user
 
 
 @dataclass(frozen=True)
@@ -245,3 +310,48 @@ def preference_set_language(*, user: AnyUser, language: str) -> None:
     if not user.is_authenticated or language not in dict(dj_settings.LANGUAGES):
         return
     UserPreference.objects.update_or_create(user=user, defaults={"language": language})
+
+
+MAX_KEYS_PER_USER = 50
+
+
+def _tenants_of(user: Any) -> list[Any]:
+    return list(Membership.objects.filter(user=user).values_list("tenant_id", flat=True))
+
+
+@transaction.atomic
+def ssh_key_add(*, actor: AnyUser, name: str, public_key: str) -> SshPublicKey:
+    """Add a key; it reaches the running leases of the actor's tenants on commit."""
+    if not actor.is_authenticated:
+        raise PermissionDenied(_("Sign in first."))
+    name = name.strip()
+    if not name:
+        raise ApplicationError(_("Name needed."), fields={"name": [_("This field is required.")]})
+    parsed = parse_public_key(public_key)
+    if SshPublicKey.objects.filter(user=actor).count() >= MAX_KEYS_PER_USER:
+        raise ApplicationError(_("Too many keys."), fields={
+            "public_key": [_("At most %(max)s keys.") % {"max": MAX_KEYS_PER_USER}]})
+    try:
+        with transaction.atomic():
+            key = SshPublicKey.objects.create(user=actor, name=name, key_type=parsed.key_type,
+                                              public_key=parsed.line,
+                                              fingerprint=parsed.fingerprint)
+    except IntegrityError as exc:
+        raise ApplicationError(_("Duplicate key."), fields={
+            "public_key": [_("You have already added this key.")]}) from exc
+    audit_record(actor=actor, action="sshkey.create", obj=key,
+                 changes={"name": name, "fingerprint": parsed.fingerprint})
+    access_push.push_tenants_on_commit(_tenants_of(actor))
+    return key
+
+
+@transaction.atomic
+def ssh_key_delete(*, actor: AnyUser, key_id: str) -> None:
+    """Delete one of the actor's keys; it leaves every running lease on commit."""
+    key = SshPublicKey.objects.filter(pk=key_id, user_id=getattr(actor, "pk", None)).first()
+    if key is None:
+        raise NotFound(_("No such key."))
+    audit_record(actor=actor, action="sshkey.delete", obj=key,
+                 changes={"fingerprint": key.fingerprint})
+    key.delete()
+    access_push.push_tenants_on_commit(_tenants_of(actor))

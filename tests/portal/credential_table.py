@@ -55,9 +55,15 @@ ROUTES: dict[str, list[Case]] = {
                       ("PATCH", "tenant", {"name": "A2"}, A_ADMIN)],
     "tenant-suspend": [("POST", "tenant", {"reason": "x"}, _row(403, 403, 404, 403, 404))],
     "tenant-resume": [("POST", "tenant", {"reason": "x"}, _row(403, 403, 404, 403, 404))],
-    "membership-list": [("GET", "tenant_slug", {}, A_READ),
-                        ("POST", "tenant_slug", {"username": "newbie", "role": "member"},
-                         _row(201, 201, 404, 403, 404))],
+    "membership-list": [("GET", "tenant_slug", {}, A_READ)],
+    # new members come by invitation (202 for any address: no account enumeration)
+    "invitation-list": [("GET", "tenant_slug", {}, A_ADMIN),
+                        ("POST", "tenant_slug", {"email": "newbie@example.com",
+                                                 "role": "member"},
+                         _row(202, 202, 404, 403, 404))],
+    "invitation-detail": [("DELETE", "invitation", {}, _row(204, 204, 404, 403, 404))],
+    "invitation-accept": [("POST", "none", {"token": "gpi_not-a-token"},
+                           _row(404, 404, 404, 404, 404))],
     "membership-detail": [("GET", "membership", {}, A_READ),
                           ("PATCH", "membership", {"role": "viewer"}, A_ADMIN),
                           ("DELETE", "membership", {}, _row(204, 204, 404, 403, 404))],
@@ -132,6 +138,9 @@ ROUTES: dict[str, list[Case]] = {
     "web:lease_cancel": [("GET", "lease_id", {}, PAGE_MEMBER)],
     "web:usage": [("GET", "none", {}, PAGE)],
     "web:members": [("GET", "none", {}, PAGE)],
+    "web:invitation_revoke": [("POST", "invitation_id", {}, _row(302, LOGIN, LOGIN, 403, 200))],
+    # an unknown token is a 404 for everyone signed in; a key is nobody on pages
+    "web:invitation": [("GET", "bad_token", {}, _row(404, LOGIN, LOGIN, 404, 404))],
     # page forms: "{member}" in a field name is the member's id (the forms' prefixes)
     "web:member_role": [("POST", "member_id", {"{member}-role": "viewer"},
                          _row(302, LOGIN, LOGIN, 403, 200))],

@@ -25,6 +25,7 @@ from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Gpu
 from portal.leasing.models import Lease, LeaseState
 from portal.routing import websocket_urlpatterns
+from portal.tenants.invitations import invitation_create
 from portal.tenants.models import Membership, Role, SshPublicKey
 from portal.tenants.services import api_key_create
 from tests.portal import credential_table as table
@@ -53,8 +54,14 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, int]]] = {
     ("tenant-suspend", "POST"): ("tenant", {}, _row(401, 404, 403, 403, 403, 200)),
     ("tenant-resume", "POST"): ("tenant", {}, _row(401, 404, 403, 403, 403, 200)),
     ("membership-list", "GET"): ("tenant_slug", {}, _row(*A)),
-    ("membership-list", "POST"): ("tenant_slug", {"username": "newbie", "role": "member"},
-                                  _row(401, 404, 403, 403, 201, 201)),
+    # new members come by invitation (202 for any address: no account enumeration)
+    ("invitation-list", "GET"): ("tenant_slug", {}, _row(401, 404, 403, 403, 200, 200)),
+    ("invitation-list", "POST"): ("tenant_slug", {"email": "newbie@example.com",
+                                                  "role": "member"},
+                                  _row(401, 404, 403, 403, 202, 202)),
+    ("invitation-detail", "DELETE"): ("invitation", {}, _row(401, 404, 403, 403, 204, 204)),
+    ("invitation-accept", "POST"): ("none", {"token": "gpi_not-a-token"},
+                                    _row(401, 404, 404, 404, 404, 404)),
     ("membership-detail", "GET"): ("membership", {}, _row(*A)),
     ("membership-detail", "PATCH"): ("membership", {"role": "viewer"},
                                      _row(401, 404, 403, 403, 200, 200)),
@@ -144,7 +151,10 @@ def world(db: Any) -> dict[str, Any]:
     active = Lease.objects.create(tenant=a, name="a-active-secret", allowed_models=["H100"],
                                   gpu_model="H100", start_at=now, active_at=now,
                                   end_at=now + timedelta(hours=1), state=LeaseState.ACTIVE)
+    invitation = invitation_create(actor=users["admin"], tenant=a,
+                                   email="invitee@example.com").invitation
     return {"users": users, "a": a, "b": b, "key": key, "membership": victim, "audit": entry,
+            "invitation": invitation,
             "lease": lease, "active_lease": active,
             "node": "gpu-node-0001", "gpu": Gpu.objects.order_by("pk").first()}
 
@@ -155,6 +165,7 @@ def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "tenant": {"slug": "a"},
         "tenant_slug": {"tenant_slug": "a"},
         "membership": {"tenant_slug": "a", "pk": w["membership"].pk},
+        "invitation": {"tenant_slug": "a", "pk": w["invitation"].pk},
         "apikey": {"pk": w["key"].pk},
         "node": {"hostname": w["node"]},
         "gpu": {"pk": w["gpu"].pk},
@@ -273,7 +284,8 @@ def _build_cred_world() -> dict[str, Any]:
                                   end_at=now + timedelta(hours=1), state=LeaseState.ACTIVE)
     ssh = SshPublicKey.objects.create(user=admin, name="laptop", key_type="ssh-ed25519",
                                       public_key="ssh-ed25519 AAAA", fingerprint="SHA256:x")
-    return {"users": {"browser": admin, "viewer": viewer, "removed": removed},
+    invitation = invitation_create(actor=admin, tenant=a, email="invitee@example.com").invitation
+    return {"invitation": invitation, "users": {"browser": admin, "viewer": viewer, "removed": removed},
             "secrets": {"own_key": own.secret, "other_key": other.secret,
                         "removed": removed_key},
             "apikey": own.key, "admin_key": admin_key, "audit": entry, "lease": lease,
@@ -287,6 +299,9 @@ def _cred_kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
     return {
         "none": {}, "tenant": {"slug": "a"}, "tenant_slug": {"tenant_slug": "a"},
         "membership": {"tenant_slug": "a", "pk": w["membership"].pk},
+        "invitation": {"tenant_slug": "a", "pk": w["invitation"].pk},
+        "invitation_id": {"invitation_id": w["invitation"].pk},
+        "bad_token": {"token": "gpi_not-a-token"},
         "apikey": {"pk": w["apikey"].pk}, "node": {"hostname": "gpu-node-0001"},
         "node_id": {"node_id": "gpu-node-0001"}, "gpu": {"pk": w["gpu"].pk},
         "audit": {"pk": w["audit"].pk}, "lease": {"pk": w["lease"].pk},
@@ -297,7 +312,7 @@ def _cred_kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
     }[kind]
 
 
-_WRITE_KINDS = {"member_id", "sshkey", "key_id"}
+_WRITE_KINDS = {"member_id", "sshkey", "key_id", "invitation_id"}
 
 
 def _state(kind: str, w: dict[str, Any]) -> Any:
@@ -307,6 +322,10 @@ def _state(kind: str, w: dict[str, Any]) -> Any:
         return list(row)
     if kind == "sshkey":
         return SshPublicKey.objects.filter(pk=w["ssh"].pk).exists()
+    if kind in ("invitation", "invitation_id"):
+        from portal.tenants.models import Invitation
+        return Invitation.objects.filter(pk=w["invitation"].pk).values_list("revoked_at",
+                                                                            flat=True).first()
     if kind in ("key_id", "apikey"):
         from portal.tenants.models import ApiKey
         pk = w["admin_key"].pk if kind == "key_id" else w["apikey"].pk

@@ -9,7 +9,7 @@ from django.urls import reverse
 
 from portal.core.models import AuditLog
 from portal.inventory.generator import ClusterSpec, cluster_generate
-from portal.tenants.models import ApiKey, Membership, Role, Tenant
+from portal.tenants.models import ApiKey, Invitation, Membership, Role, Tenant
 from tests.portal.factories import add_member, client_for, make_tenant, make_user
 
 GARBAGE: list[Any] = [None, 12, "x" * 300, [], {"nested": True}, -1, "2020-01-01"]
@@ -23,10 +23,11 @@ CASES = [
     ("tenant-list", {}, "post", {"name": "Taken", "slug": "a"}, "slug"),
     ("tenant-detail", {"slug": "a"}, "patch", {"name": "x" * 500}, "name"),
     ("tenant-detail", {"slug": "a"}, "patch", {"contact_email": 5}, "contact_email"),
-    ("membership-list", {"tenant_slug": "a"}, "post", {}, "username"),
-    ("membership-list", {"tenant_slug": "a"}, "post", {"username": "ghost"}, "username"),
-    ("membership-list", {"tenant_slug": "a"}, "post", {"username": "u1", "role": "god"}, "role"),
-    ("membership-list", {"tenant_slug": "a"}, "post", {"username": "a-admin"}, "username"),
+    ("invitation-list", {"tenant_slug": "a"}, "post", {}, "email"),
+    ("invitation-list", {"tenant_slug": "a"}, "post", {"email": "ghost"}, "email"),
+    ("invitation-list", {"tenant_slug": "a"}, "post", {"email": "u1@example.com", "role": "god"},
+     "role"),
+    ("invitation-list", {"tenant_slug": "a"}, "post", {"email": "a-admin@example.com"}, "email"),
     ("apikey-list", {}, "post", {}, "name"),
     ("apikey-list", {}, "post", {"name": "k", "expires_at": "yesterday"}, "expires_at"),
     ("apikey-list", {}, "post", {"name": "k", "expires_at": "2001-01-01T00:00:00Z"},
@@ -66,7 +67,7 @@ def test_bad_input_names_the_field(staff_client: Any, name: str, kwargs: dict[st
 @pytest.mark.parametrize("value", GARBAGE)
 @pytest.mark.parametrize(("name", "kwargs", "method", "field"), [
     ("tenant-list", {}, "post", "name"),
-    ("membership-list", {"tenant_slug": "a"}, "post", "role"),
+    ("invitation-list", {"tenant_slug": "a"}, "post", "role"),
     ("apikey-list", {}, "post", "expires_at"),
     ("node-set-state", {"hostname": "gpu-node-0001"}, "post", "state"),
     ("tenant-detail", {"slug": "a"}, "patch", "contact_email"),
@@ -99,7 +100,9 @@ def test_admin_cannot_make_owners(db: Any) -> None:
     tenant = make_tenant("t")
     admin = add_member(tenant, "adm", Role.ADMIN)
     make_user("x")
-    url = reverse("membership-list", kwargs={"tenant_slug": "t"})
-    response = client_for(admin).post(url, {"username": "x", "role": "owner"}, format="json")
+    url = reverse("invitation-list", kwargs={"tenant_slug": "t"})
+    response = client_for(admin).post(url, {"email": "x@example.com", "role": "owner"},
+                                      format="json")
     assert response.status_code == 403
     assert not Membership.objects.filter(user__username="x").exists()
+    assert not Invitation.objects.exists()

@@ -5,7 +5,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from rest_framework import serializers
 
-from portal.tenants.models import ApiKey, Membership, Role, Tenant
+from portal.tenants.models import ApiKey, Invitation, Membership, Role, Tenant
 from portal.tenants.services import MAX_MEMBER_GPUS
 
 
@@ -52,15 +52,31 @@ class MembershipSerializer(serializers.ModelSerializer[Membership]):
         read_only_fields = ["id", "username", "email", "max_gpus", "created"]
 
 
-class MembershipCreateSerializer(serializers.Serializer[None]):
-    username = serializers.CharField(max_length=150, required=False, default="")
-    email = serializers.EmailField(required=False, default="")
+class InvitationCreateSerializer(serializers.Serializer[None]):
+    email = serializers.EmailField()
     role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
 
-    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
-        if not attrs.get("username") and not attrs.get("email"):
-            raise serializers.ValidationError({"username": [_("Give a username or an email.")]})
-        return attrs
+
+class InvitationSerializer(serializers.ModelSerializer[Invitation]):
+    """The same answer whether or not an account with this address exists."""
+
+    tenant = serializers.SlugRelatedField(slug_field="slug", read_only=True)
+    inviter = serializers.CharField(source="inviter.username", read_only=True, default=None)
+
+    class Meta:
+        model = Invitation
+        fields = ["id", "tenant", "email", "role", "inviter", "created", "expires_at"]
+        read_only_fields = fields
+
+
+class InvitationAcceptSerializer(serializers.Serializer[None]):
+    token = serializers.CharField(max_length=200)
+
+
+class AcceptedSerializer(serializers.Serializer[None]):
+    tenant = serializers.CharField()
+    role = serializers.CharField()
+    active_tenant = serializers.CharField(allow_null=True)
 
 
 class MembershipUpdateSerializer(serializers.Serializer[None]):

@@ -14,9 +14,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from portal.core.errors import PermissionDenied
-from portal.tenants import access, selectors, services
+from portal.tenants import access, invitations, selectors, services
 from portal.tenants.api import serializers as s
-from portal.tenants.models import ApiKey, Membership, Role, Tenant
+from portal.tenants.models import ApiKey, Invitation, Membership, Role, Tenant
 
 
 def _roles(user: Any) -> dict[Any, str]:
@@ -78,8 +78,9 @@ class TenantViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
 
 class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
                         mixins.DestroyModelMixin, viewsets.GenericViewSet):  # type: ignore[type-arg]
-    """Members of a tenant. Viewers and up read; admins add, change (role, personal GPU
-    limit `max_gpus`: null = none) and remove."""
+    """Members of a tenant. Viewers and up read; admins change (role, personal GPU
+    limit `max_gpus`: null = none) and remove. New members come by invitation
+    (`tenants/{slug}/invitations`); the last owner/admin cannot be removed or demoted."""
 
     serializer_class = s.MembershipSerializer
     queryset = Membership.objects.none()  # typing for the schema; get_queryset scopes
@@ -91,14 +92,6 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         if getattr(self, "swagger_fake_view", False):
             return Membership.objects.none()
         return selectors.membership_list(user=self.request.user, tenant=self.tenant())
-
-    @extend_schema(request=s.MembershipCreateSerializer, responses={201: s.MembershipSerializer})
-    def create(self, request: Request, tenant_slug: str) -> Response:
-        body = s.MembershipCreateSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        member = services.membership_add(actor=request.user, tenant=self.tenant(),
-                                         **body.validated_data)
-        return Response(s.MembershipSerializer(member).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(request=s.MembershipUpdateSerializer, responses=s.MembershipSerializer)
     def partial_update(self, request: Request, tenant_slug: str, pk: str) -> Response:
@@ -117,6 +110,53 @@ class MembershipViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
 
     def perform_destroy(self, instance: Membership) -> None:
         services.membership_remove(actor=self.request.user, member=instance)
+
+
+class InvitationViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin,
+                        viewsets.GenericViewSet):  # type: ignore[type-arg]
+    """Open invitations of a tenant (owners and admins). POST invites an e-mail address
+    (202, the same answer for any address); DELETE withdraws. The invitee accepts with the
+    e-mailed token (`invitations/accept`)."""
+
+    serializer_class = s.InvitationSerializer
+    queryset = Invitation.objects.none()  # typing for the schema; get_queryset scopes
+
+    def tenant(self) -> Tenant:
+        return access.get_tenant(self.request.user, self.kwargs["tenant_slug"])
+
+    def get_queryset(self) -> Any:
+        if getattr(self, "swagger_fake_view", False):
+            return Invitation.objects.none()
+        return selectors.invitation_list(user=self.request.user, tenant=self.tenant())
+
+    @extend_schema(request=s.InvitationCreateSerializer, responses={202: s.InvitationSerializer})
+    def create(self, request: Request, tenant_slug: str) -> Response:
+        body = s.InvitationCreateSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        issued = invitations.invitation_create(
+            actor=request.user, tenant=self.tenant(), email=body.validated_data["email"],
+            role=body.validated_data["role"], base_url=request.build_absolute_uri("/"))
+        return Response(s.InvitationSerializer(issued.invitation).data,
+                        status=status.HTTP_202_ACCEPTED)
+
+    def perform_destroy(self, instance: Invitation) -> None:
+        invitations.invitation_revoke(actor=self.request.user, invitation=instance)
+
+
+class InvitationAcceptView(APIView):
+    """Accept an invitation addressed to your e-mail. The tenant you act for stays as it
+    was; switch with `POST /me` when you want to work in the new one."""
+
+    throttle_scope = "invitation_accept"
+
+    @extend_schema(request=s.InvitationAcceptSerializer, responses=s.AcceptedSerializer)
+    def post(self, request: Request) -> Response:
+        body = s.InvitationAcceptSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        member = invitations.accept_keeping_active_tenant(request, body.validated_data["token"])
+        active = access.active_tenant(request)
+        return Response({"tenant": member.tenant.slug, "role": member.role,
+                         "active_tenant": active.slug if active else None})
 
 
 class ApiKeyViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin, mixins.DestroyModelMixin,
@@ -184,4 +224,5 @@ class MeView(APIView):
         }
 
 
-__all__ = ["ApiKeyViewSet", "MeView", "MembershipViewSet", "Role", "TenantViewSet"]
+__all__ = ["ApiKeyViewSet", "InvitationAcceptView", "InvitationViewSet", "MeView",
+           "MembershipViewSet", "Role", "TenantViewSet"]

@@ -1,4 +1,4 @@
-"""Profile (SSH keys) and the tenant switcher."""
+"""Profile (SSH keys), accepting invitations and the tenant switcher."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from portal.core.errors import ApplicationError
-from portal.tenants import access
-from portal.tenants.models import SshPublicKey
-from portal.tenants.selectors import memberships_of
-from portal.web import services
+from portal.tenants import access, invitations, services
+from portal.tenants.access import ROLE_LABELS
+from portal.tenants.models import Role, SshPublicKey
+from portal.tenants.selectors import invitation_by_token, memberships_of
 from portal.web.forms import SshKeyForm, TenantSwitchForm
 from portal.web.views._common import apply_errors, translate_errors
 
@@ -78,3 +78,19 @@ def set_language(request: HttpRequest) -> HttpResponse:
     if request.method == "POST" and request.user.is_authenticated:
         preference_set_language(user=request.user, language=request.POST.get("language", ""))
     return response
+
+
+@login_required
+@translate_errors
+def invitation(request: HttpRequest, token: str) -> HttpResponse:
+    """GET: what the invitation offers. POST: accept it; the tenant you work in stays."""
+    found = invitation_by_token(token)
+    if request.method == "POST":
+        member = invitations.accept_keeping_active_tenant(request, token)
+        messages.success(request, _("You joined %(tenant)s as %(role)s. Switch to it from the "
+                                    "tenant menu when you want to work there.")
+                         % {"tenant": member.tenant.name,
+                            "role": str(ROLE_LABELS[Role(member.role)]).lower()})
+        return redirect("web:profile")
+    return render(request, "web/invitation.html", {"invitation": found},
+                  status=200 if found is not None else 404)

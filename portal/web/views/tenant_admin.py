@@ -13,9 +13,10 @@ from django.views.decorators.http import require_POST
 
 from portal.core.errors import ApplicationError
 from portal.leasing.quotas import member_gpus
-from portal.tenants import services
+from portal.tenants import invitations, services
+from portal.tenants.access import require_role
 from portal.tenants.models import Membership, Role
-from portal.tenants.selectors import api_key_list, membership_list
+from portal.tenants.selectors import api_key_list, invitation_list, membership_list
 from portal.web import panels
 from portal.web.forms import ApiKeyForm, InviteForm, MemberLimitForm, RoleForm
 from portal.web.views._common import apply_errors, can, tenant_page
@@ -54,27 +55,45 @@ def _members_page(request: HttpRequest, form: InviteForm,
             "in_use": use.get(m.user_id, 0),
         })
     failed = bool(form.errors) or (limit_form is not None and bool(limit_form.errors))
+    may_admin = can(request, Role.ADMIN)
     return render(request, "web/members.html", {
-        "form": form, "rows": rows, "may_admin": can(request, Role.ADMIN),
+        "form": form, "rows": rows, "may_admin": may_admin,
+        "invitations": invitation_list(user=request.user, tenant=tenant) if may_admin else [],
     }, status=400 if failed else 200)
 
 
 @tenant_page()
 def members(request: HttpRequest) -> HttpResponse:
+    """GET: members and open invitations. POST (admins): invite an address — the answer
+    is the same whether or not someone has an account with it."""
     tenant = request.tenant  # type: ignore[attr-defined]
     form = InviteForm(request.POST or None)
-    if request.method == "POST" and form.is_valid():
-        try:
-            member = services.membership_add(actor=request.user, tenant=tenant,
-                                             email=form.cleaned_data["email"],
-                                             role=form.cleaned_data["role"])
-        except ApplicationError as exc:
-            apply_errors(form, exc)
-        else:
-            messages.success(request, _("%(user)s joined the tenant.")
-                             % {"user": member.user.get_username()})
-            return redirect("web:members")
+    if request.method == "POST":
+        require_role(request.user, tenant, Role.ADMIN)
+        if form.is_valid():
+            try:
+                issued = invitations.invitation_create(
+                    actor=request.user, tenant=tenant, email=form.cleaned_data["email"],
+                    role=form.cleaned_data["role"], base_url=request.build_absolute_uri("/"))
+            except ApplicationError as exc:
+                apply_errors(form, exc)
+            else:
+                messages.success(request, _("An invitation was sent to %(email)s.")
+                                 % {"email": issued.invitation.email})
+                return redirect("web:members")
     return _members_page(request, form)
+
+
+@require_POST
+@tenant_page(Role.ADMIN)
+def invitation_revoke(request: HttpRequest, invitation_id: Any) -> HttpResponse:
+    tenant = request.tenant  # type: ignore[attr-defined]
+    found = invitation_list(user=request.user, tenant=tenant).filter(pk=invitation_id).first()
+    if found is None:
+        raise Http404
+    invitations.invitation_revoke(actor=request.user, invitation=found)
+    messages.success(request, _("Invitation to %(email)s withdrawn.") % {"email": found.email})
+    return redirect("web:members")
 
 
 @require_POST

@@ -17,6 +17,13 @@
     t.setAttribute("aria-pressed", String(next === "dark"));
   });
 
+  // A form with data-confirm asks first (no inline handlers: the pages' CSP forbids them).
+  document.addEventListener("submit", function (ev) {
+    var form = ev.target;
+    var question = form.getAttribute && form.getAttribute("data-confirm");
+    if (question && !window.confirm(question)) ev.preventDefault();
+  }, true);
+
   // A second click on a submit button does nothing (the server is idempotent as well).
   document.addEventListener("submit", function (ev) {
     var form = ev.target;
