@@ -16,11 +16,12 @@ from prometheus_client import CollectorRegistry
 
 from agents import config, jsonlog
 from agents.client.portal import PortalClient
-from agents.host import HostCollector
+from agents.host import HostCollector, host_for_root
 from agents.metrics import MetricsServer, SampleCollector, render_sample
 from agents.node.access import FileAccess
 from agents.node.agent import AgentSettings, NodeAgent
 from agents.node.apply import NodeApplier
+from agents.node.cleaning import GpuCleaner
 from agents.node.ipoib import IpLinkIpoib, IpoibManager, SysfsIpoib
 from agents.nvml import binding
 from agents.nvml.collector import NvmlCollector
@@ -115,11 +116,13 @@ def cmd_node(args: argparse.Namespace) -> int:
         watcher = XidWatcher(api, sampler.nvml)
         watcher.start()
         sampler.xid_source = watcher.drain
+    host = host_for_root(hw["access_root"])  # a recording fake unless the root is "/"
     managers: dict[str, IpoibManager] = {
-        "sysfs": SysfsIpoib(hw["sysfs_root"]), "iplink": IpLinkIpoib(hw["sysfs_root"])
+        "sysfs": SysfsIpoib(hw["sysfs_root"]), "iplink": IpLinkIpoib(hw["sysfs_root"], host)
     }
     ipoib = managers.get(hw["ipoib"])
-    applier = NodeApplier(sampler.ib, FileAccess(hw["access_root"]), ipoib, hw["ipoib_parent"])
+    applier = NodeApplier(sampler.ib, FileAccess(hw["access_root"], host=host), ipoib,
+                          hw["ipoib_parent"], cleaner=GpuCleaner(api, host))  # fmt: skip
     agent = NodeAgent(_settings(cfg, "node"), _client(cfg), sampler, applier)
     return _run(agent, cfg, watcher, api)
 
