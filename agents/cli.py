@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from agents import config, jsonlog
 from agents.client.portal import PortalClient
-from agents.host import HostCollector, host_for_root
+from agents.host import FakeHost, HostCollector, host_for_root
 from agents.metrics import MetricsServer, SampleCollector, render_sample
 from agents.node.access import FileAccess
 from agents.node.agent import AgentSettings, NodeAgent
@@ -117,6 +117,8 @@ def cmd_node(args: argparse.Namespace) -> int:
         watcher.start()
         sampler.xid_source = watcher.drain
     host = host_for_root(hw["access_root"])  # a recording fake unless the root is "/"
+    if isinstance(host, FakeHost) and isinstance(api, FakeNvml):
+        host.handlers.append(api.host_handler)  # demo: a kill ends the fake's processes
     managers: dict[str, IpoibManager] = {
         "sysfs": SysfsIpoib(hw["sysfs_root"]), "iplink": IpLinkIpoib(hw["sysfs_root"], host)
     }
