@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 PORT ?= 8000
 
 .PHONY: demo test lint typecheck check bench-scheduler bench-replay bench-cluster bench-ingest \
-	bench-latency bench-export bench-real-agents clean
+	bench-latency bench-export clean
 
 $(STAMP): requirements.txt requirements-dev.txt
 	$(PY) -m pip --version >/dev/null 2>&1 || $(PYTHON) -m venv --clear $(VENV)
@@ -58,6 +58,7 @@ bench-latency: $(STAMP)
 	$(PY) -m tests.bench.lease_latency --nodes 64
 	$(PY) -m tests.bench.lease_latency --nodes 1000
 
+.PHONY: bench-real-agents
 bench-real-agents: $(STAMP)
 	$(PY) -m tests.bench.real_agents --nodes 8
 

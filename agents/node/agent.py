@@ -10,6 +10,7 @@ Grants with ``not_after`` are removed by the agent itself when it passes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -237,11 +238,37 @@ class NodeAgent:
             return False
         self.applier.apply(desired)
         log.info("desired state received", extra={"generation": desired["generation"]})
+        self._save_desired(desired)
         self._start_watch()
         self.wake.set()  # report the generation reached right away
         return True
 
+    # --- the last desired state, kept across restarts --------------------------------------
+    @property
+    def _desired_path(self) -> Path:
+        return self.s.state_dir / "desired.json"
+
+    def _save_desired(self, desired: dict[str, Any]) -> None:
+        self.s.state_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(self._desired_path, json.dumps(desired), 0o600)
+
+    def restore_desired(self) -> bool:
+        """Re-apply the last desired state saved before a restart, so that grants still
+        end at ``not_after`` if the portal is unreachable from the start. True if one was."""
+        try:
+            desired = json.loads(self._desired_path.read_text())
+        except (OSError, ValueError):
+            return False
+        if protocol.validate_desired_state(desired, self.s.role):
+            return False
+        self.applier.apply(desired)
+        self._start_watch()
+        log.info("desired state restored", extra={"generation": desired["generation"]})
+        return True
+
     def run(self, stop: threading.Event) -> None:
+        with contextlib.suppress(Exception):  # never a reason not to start
+            self.restore_desired()
         waker = threading.Thread(target=self._long_poll, args=(stop,), daemon=True,
                                  name="desired-state-long-poll")  # fmt: skip
         waker.start()

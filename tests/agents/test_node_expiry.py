@@ -70,3 +70,26 @@ def test_not_after_is_validated_identically_on_both_sides() -> None:
         assert (agent_side == []) is ok, (value, agent_side)
         if not ok:
             assert agent_side[0]["field"] == "access_grants[0].not_after"
+
+
+def test_agent_restarted_during_outage_still_removes_grant_at_not_after(tmp_path: Path) -> None:
+    portal, clock = FakePortal(), FakeClock()
+    agent, _, _ = make_agent(tmp_path, portal, clock, token=portal.issue_bootstrap_token())
+    agent.tick()
+    node = portal.node_by_hostname("gpu-node-01")
+    portal.set_desired(node.node_id, partitions=[],
+                       access_grants=[_grant("lease-a", clock.now + 60)])
+    agent.tick()
+    access = agent.applier.access
+    assert set(access.present()) == {"lease-a"}
+    portal.up = False
+    # the agent restarts (same state dir, same host: the grant is still in place)
+    again, _, _ = make_agent(tmp_path, portal, clock)
+    again.applier.access = access
+    assert again.restore_desired()
+    assert again.applier.generation_applied == node.generation
+    again.tick()
+    assert set(access.present()) == {"lease-a"}
+    clock.advance(61)
+    again.tick()
+    assert access.present() == {}
