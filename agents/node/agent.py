@@ -139,8 +139,10 @@ class NodeAgent:
     # --- convergence and expiry ------------------------------------------------------
     def _start_watch(self) -> None:
         now = self.clock()
-        with self._watch_lock:
-            self.watch_until = now + self.s.converge_watch_s
+        converged = getattr(self.applier, "converged", None)
+        with self._watch_lock:  # already converged: the report after the apply says so
+            watch = converged is not None and not converged()
+            self.watch_until = now + self.s.converge_watch_s if watch else None
             self.watch_step = self.s.converge_step_s
             self.next_watch = now + self.watch_step
         next_expiry = getattr(self.applier, "next_expiry", None)

@@ -108,3 +108,23 @@ def test_convergence_watch_gives_up_and_backs_off(tmp_path: Path) -> None:
     assert max(gaps) <= 1.0
     assert checks[-1] - start <= agent.s.converge_watch_s + 1.0
     assert agent.watch_until is None
+
+
+def test_no_convergence_watch_when_already_converged(tmp_path: Path) -> None:
+    """Nothing to wait for (no partition for this node): the report sent right after the
+    apply already says so; no watch, no second report."""
+    portal = FakePortal()
+    clock_now = [1_800_000_000.0]
+    agent, _, _ = make_agent(tmp_path, portal, lambda: clock_now[0],  # type: ignore[arg-type]
+                             token=portal.issue_bootstrap_token())
+    agent.tick()
+    node = portal.node_by_hostname("gpu-node-01")
+    portal.set_desired(node.node_id, access_grants=[], partitions=[])
+    assert agent.poll_desired(wait_s=0)
+    assert agent.watch_until is None
+    agent.tick()
+    sent = len(node.reports)
+    for _ in range(20):
+        clock_now[0] += 0.1
+        agent.tick()
+    assert len(node.reports) == sent
