@@ -42,7 +42,7 @@ class AgentSettings:
     long_poll_s: int = 30
     fsync: bool = True
     converge_step_s: float = 0.05
-    converge_max_step_s: float = 1.0
+    converge_max_step_s: float = 0.25
     converge_watch_s: float = 15.0
 
 

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
+import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -35,6 +38,7 @@ from typing import Any
 
 import httpx
 
+from agents.fabric.opensm import parse_smpquery_pkeys
 from agents.host import write_fake_proc
 from agents.sysfs.faketree import FakeHca, FakePort, FakeSysfsWriter
 from tests.portal.leasing.stack import PYTHON, ROOT, Stack, StackConfig
@@ -91,11 +95,12 @@ def _hosts(stack: Stack, base: Path) -> list[NodeHost]:
     return list(hosts.values())
 
 
-def _agent_config(path: Path, url: str, token: str, root: Path, role: str) -> Path:
+def _agent_config(path: Path, url: str, token: str, root: Path, role: str,
+                  fabric: str = "") -> Path:
     hardware = (f'sysfs_root = "{root / "sys"}"\nproc_root = "{root / "proc"}"\n')
     if role == "node":
         hardware += f'fake_gpus = "h100x8"\naccess_root = "{root / "access"}"\n'
-    extra = '[fabric]\ndriver = "fake"\n' if role == "fabric" else ""
+    extra = (fabric or '[fabric]\ndriver = "fake"\n') if role == "fabric" else ""
     path.write_text(f'[portal]\nurl = "{url}"\nbootstrap_token = "{token}"\n'
                     f'[agent]\nstate_dir = "{root / "state"}"\n'
                     f"[hardware]\n{hardware}{extra}[metrics]\nlisten = \"\"\n"
@@ -103,8 +108,8 @@ def _agent_config(path: Path, url: str, token: str, root: Path, role: str) -> Pa
     return path
 
 
-def _start_agents(stack: Stack, hosts: list[NodeHost], base: Path) -> None:
-    env = {**stack.env(), "GPUPOOL_AGENT_PORTAL_TIMEOUT_S": "40"}
+def _start_agents(stack: Stack, hosts: list[NodeHost], base: Path, ibsim: Ibsim | None) -> None:
+    env = {**(ibsim.env if ibsim else stack.env()), "GPUPOOL_AGENT_PORTAL_TIMEOUT_S": "40"}
     for host, token in zip(hosts, _tokens(stack, "node", len(hosts)), strict=True):
         cfg = _agent_config(host.root / "agent.toml", stack.base_url, token, host.root, "node")
         stack._spawn(f"agent-{host.hostname}", [PYTHON, "-m", "agents", "node", "--config",
@@ -113,7 +118,7 @@ def _start_agents(stack: Stack, hosts: list[NodeHost], base: Path) -> None:
     FakeSysfsWriter(fabric / "sys")
     write_fake_proc(fabric / "proc", "sm-host", cpus=2, mem_gib=1)
     cfg = _agent_config(fabric / "fabric.toml", stack.base_url, _tokens(stack, "fabric", 1)[0],
-                        fabric, "fabric")
+                        fabric, "fabric", ibsim.fabric_config() if ibsim else "")
     stack._spawn("agent-fabric", [PYTHON, "-m", "agents", "fabric", "--config", str(cfg)], env)
 
 
@@ -127,11 +132,14 @@ def _wait_enrolled(stack: Stack, count: int, timeout: float = 60) -> None:
     raise RuntimeError(f"agents did not enrol and report\n{stack.logs(15)}")
 
 
-class FakeSubnetManager(threading.Thread):
-    """Programs the P_Keys of the fabric agent's applied map into the nodes' sysfs."""
+class SubnetManager(threading.Thread):
+    """Puts each port's P_Key table into its node's sysfs once the fabric agent has applied
+    (and, for OpenSM, verified) a partition map; records when."""
+
+    name_ = "fake SM on sysfs (fabric agent driver=fake)"
 
     def __init__(self, stack: Stack, hosts: list[NodeHost], delay_s: float) -> None:
-        super().__init__(daemon=True, name="fake-sm")
+        super().__init__(daemon=True, name="sm")
         self.stack, self.delay_s, self.stop = stack, delay_s, threading.Event()
         self.by_guid = {g: (h, dp) for h in hosts for g, dp in h.ports.items()}
         self.programmed: dict[int, float] = {}  # fabric generation -> wall time keys written
@@ -144,12 +152,15 @@ class FakeSubnetManager(threading.Thread):
                     fleet_fabricdesiredstate d JOIN fleet_fabricobservedstate o
                     ON o.name = d.name WHERE o.generation_applied >= d.generation""").fetchone()
                 if row is not None and row[0] > self.done:
-                    time.sleep(self.delay_s)
-                    self._program(row[1])
+                    tables = self.tables(row[1])
+                    for guid, (host, (device, port)) in self.by_guid.items():
+                        _write_table(host, device, port, tables[guid])
                     self.programmed[row[0]] = time.time()
                     self.done = row[0]
 
-    def _program(self, document: dict[str, Any]) -> None:
+    def tables(self, document: dict[str, Any]) -> dict[str, list[int]]:
+        """What the SM puts in each port's table for this map (after ``delay_s``)."""
+        time.sleep(self.delay_s)
         keys: dict[str, list[int]] = {g: [0xFFFF] for g in self.by_guid}
         for part in document.get("partitions", []):
             key = int(part["pkey"], 16) & 0x7FFF
@@ -157,22 +168,114 @@ class FakeSubnetManager(threading.Thread):
                 if member["guid"] in keys:
                     full = member["membership"] == "full"
                     keys[member["guid"]].append(key | 0x8000 if full else key)
-        for guid, (host, (device, port)) in self.by_guid.items():
-            self._write_table(host, device, port, keys[guid])
+        return keys
 
-    def _write_table(self, host: NodeHost, device: str, port: int, keys: list[int]) -> None:
-        """Like an SM's SubnSet(P_KeyTable): only the entries that change (pkeys/<i>)."""
-        size = host.writer.pkey_table_size
-        new = [*keys, *([0] * (size - len(keys)))][:size]
-        fake_port = next(p for p in host.writer.hcas[device].ports if p.num == port)
-        old = [*fake_port.pkeys, *([0] * (size - len(fake_port.pkeys)))][:size]
-        table = host.root / "sys" / "class" / "infiniband" / device / "ports" / str(port) / "pkeys"
-        for i, (before, after) in enumerate(zip(old, new, strict=True)):
-            if before != after:
-                tmp = table / f".{i}.tmp"
-                tmp.write_text(f"0x{after:04x}\n")
-                tmp.replace(table / str(i))
-        fake_port.pkeys = list(keys)
+
+class OpenSmBridge(SubnetManager):
+    """A real OpenSM has programmed the (ibsim) HCAs; copy each port's table, read with
+    ``smpquery pkeys``, into the node's sysfs, as the kernel shows the HCA's table."""
+
+    name_ = "real OpenSM on ibsim (fabric agent driver=opensm), tables copied to sysfs"
+
+    def __init__(self, stack: Stack, hosts: list[NodeHost], fabric: Ibsim) -> None:
+        super().__init__(stack, hosts, 0.0)
+        self.fabric = fabric
+
+    def tables(self, document: dict[str, Any]) -> dict[str, list[int]]:
+        return {g: self.fabric.pkeys(g) for g in self.by_guid}
+
+
+def _write_table(host: NodeHost, device: str, port: int, keys: list[int]) -> None:
+    """Like an SM's SubnSet(P_KeyTable): only the entries that change (pkeys/<i>)."""
+    size = host.writer.pkey_table_size
+    new = [*keys, *([0] * (size - len(keys)))][:size]
+    fake_port = next(p for p in host.writer.hcas[device].ports if p.num == port)
+    old = [*fake_port.pkeys, *([0] * (size - len(fake_port.pkeys)))][:size]
+    table = host.root / "sys" / "class" / "infiniband" / device / "ports" / str(port) / "pkeys"
+    for i, (before, after) in enumerate(zip(old, new, strict=True)):
+        if before != after:
+            tmp = table / f".{i}.tmp"
+            tmp.write_text(f"0x{after:04x}\n")
+            tmp.replace(table / str(i))
+    fake_port.pkeys = list(keys)
+
+
+# --- a real OpenSM on an ibsim fabric ------------------------------------------------------
+IBSIM_TOOLS = ("ibsim", "ibsim-run", "opensm", "smpquery", "ibnetdiscover")
+CA_RE = re.compile(r'^Ca\s+\d+\s+"H-([0-9a-f]+)"\s+#\s+"(\S+) \S+"')
+PORT_RE = re.compile(r"^\[1\]\(([0-9a-f]+)\)")
+
+
+def ibsim_available() -> bool:
+    return all(shutil.which(t) or Path("/usr/sbin", t).exists() for t in IBSIM_TOOLS)
+
+
+class Ibsim:
+    """ibsim with one leaf switch and one HCA per host, and OpenSM on it (ibsim-run)."""
+
+    def __init__(self, stack: Stack, hostnames: list[str], work: Path) -> None:
+        self.stack, self.work = stack, work
+        self.env = {**stack.env(), "IBSIM_SOCKNAME": f"gpupool-bench-{os.getpid()}"}
+        self.conf, self.pid_file = work / "partitions.conf", work / "opensm.pid"
+        self.node_guids: dict[str, str] = {}  # hostname -> node GUID
+        self.port_guids: dict[str, str] = {}  # hostname -> port GUID
+        work.mkdir(parents=True, exist_ok=True)
+        lines = ['Switch\t36 "leaf-01"'] + [f'[{i + 1}]\t"{h} mlx5_0"[1]'
+                                             for i, h in enumerate(hostnames)]
+        for i, h in enumerate(hostnames):
+            lines += ["", f'Hca\t1 "{h} mlx5_0"', f'[1]\t"leaf-01"[{i + 1}]']
+        (work / "fabric.net").write_text("\n".join(lines) + "\n")
+
+    def start(self) -> None:
+        self.conf.write_text("Default=0x7fff,ipoib : ALL=limited, SELF=full ;\n")
+        self.stack._spawn("ibsim", ["ibsim", "-n", "-s", str(self.work / "fabric.net")],
+                          self.env)
+        self._wait("ibsim", "ready")
+        osm = self.stack._spawn("opensm", ["ibsim-run", "opensm", "-f",
+                                           str(self.work / "osm.log"), "-P", str(self.conf)],
+                                self.env)
+        self.pid_file.write_text(f"{osm.pid}\n")
+        self._wait("opensm", "MASTER", 60)
+        self._discover()
+
+    def _wait(self, log: str, text: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.stack.log_tail(log, 200):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"{log} not up\n{self.stack.log_tail(log)}")
+
+    def run(self, *argv: str) -> str:
+        return subprocess.run(["ibsim-run", *argv], env=self.env, capture_output=True,
+                              text=True, timeout=30, check=True).stdout
+
+    def _discover(self) -> None:
+        host = None
+        for line in self.run("ibnetdiscover").splitlines():
+            if m := CA_RE.match(line):
+                host = m.group(2)
+                self.node_guids[host] = f"0x{int(m.group(1), 16):016x}"
+            elif host and (m := PORT_RE.match(line)):
+                self.port_guids[host] = f"0x{int(m.group(1), 16):016x}"
+                host = None
+
+    def pkeys(self, guid: str) -> list[int]:
+        return parse_smpquery_pkeys(self.run("smpquery", "-G", "pkeys", guid))
+
+    def adopt_guids(self) -> None:
+        """Make the inventory's ports the ibsim HCAs' (before the agents report)."""
+        with self.stack.connect() as conn:
+            for host, guid in self.port_guids.items():
+                conn.execute("""UPDATE inventory_hcaport SET port_guid = %s, node_guid = %s
+                                WHERE device = 'mlx5_0' AND node_id =
+                                (SELECT id FROM inventory_node WHERE hostname = %s)""",
+                             [guid, self.node_guids[host], host])
+
+    def fabric_config(self) -> str:
+        return (f'[fabric]\ndriver = "opensm"\npartitions_conf = "{self.conf}"\n'
+                f'opensm_pid_file = "{self.pid_file}"\ndiag_prefix = "ibsim-run"\n'
+                'default_membership = "limited"\n')
 
 
 def _agent_events(stack: Stack, hosts: list[NodeHost]) -> dict[tuple[int, str, int], float]:
@@ -248,7 +351,7 @@ def _first_agent(agent: dict[tuple[int, str, int], float], pk: int, msg: str,
 
 
 def _stamps(lease: dict[str, Any], writes: list[tuple[str, int, float]],
-            agent: dict[tuple[int, str, int], float], sm: FakeSubnetManager) -> dict[str, float]:
+            agent: dict[tuple[int, str, int], float], sm: SubnetManager) -> dict[str, float]:
     placed = lease["placed"]
     nodes = [(pk, w) for pk in lease["nodes"]
              if (w := _first_write(writes, str(pk), placed - 0.001)) is not None]
@@ -268,7 +371,7 @@ def _stamps(lease: dict[str, Any], writes: list[tuple[str, int, float]],
     }
 
 
-def _breakdown(stack: Stack, hosts: list[NodeHost], sm: FakeSubnetManager,
+def _breakdown(stack: Stack, hosts: list[NodeHost], sm: SubnetManager,
                leases: dict[str, dict[str, Any]], verbose: bool) -> dict[str, list[float]]:
     agent, writes = _agent_events(stack, hosts), _desired_writes(stack)
     steps: dict[str, list[float]] = {}
@@ -288,10 +391,16 @@ def _breakdown(stack: Stack, hosts: list[NodeHost], sm: FakeSubnetManager,
 
 def _run(stack: Stack, o: argparse.Namespace) -> int:
     base = stack.tmp / "hosts"
+    ibsim = None
+    if o.sm == "opensm" or (o.sm == "auto" and ibsim_available()):
+        names = [r[0] for r in stack.query("SELECT hostname FROM inventory_node ORDER BY 1")]
+        ibsim = Ibsim(stack, names, stack.tmp / "ibsim")
+        ibsim.start()
+        ibsim.adopt_guids()
     hosts = _hosts(stack, base)
-    _start_agents(stack, hosts, base)
+    _start_agents(stack, hosts, base, ibsim)
     _wait_enrolled(stack, len(hosts) + 1)
-    sm = FakeSubnetManager(stack, hosts, o.sm_delay)
+    sm = OpenSmBridge(stack, hosts, ibsim) if ibsim else SubnetManager(stack, hosts, o.sm_delay)
     sm.start()
     print(f"{len(hosts)} node agents + fabric agent enrolled and reporting", flush=True)
     rng, tenants = random.Random(12), sorted(stack.keys)
@@ -312,8 +421,8 @@ def _run(stack: Stack, o: argparse.Namespace) -> int:
     to_active = [r["active"] - r["created"] for r in leases.values() if r["active"]]
     to_ended = [leases[lid]["ended"] - t for lid, t in released.items() if leases[lid]["ended"]]
     print(f"orders: {o.orders}, active: {len(to_active)}, released: {len(released)}, "
-          f"ended: {len(to_ended)}; reconciler every {o.reconcile_every:g} s, "
-          f"SM delay {o.sm_delay:g} s (fake SM on sysfs; fabric agent driver=fake)")
+          f"ended: {len(to_ended)}; reconciler every {o.reconcile_every:g} s; {sm.name_}"
+          + (f", SM delay {o.sm_delay:g} s" if not isinstance(sm, OpenSmBridge) else ""))
     print(f"order → active:  {_summary(to_active)}")
     print(f"release → ended: {_summary(to_ended)}")
     print("breakdown, seconds after the order (p50 / p90 / max):")
@@ -343,7 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=8)
     p.add_argument("--orders", type=int, default=12)
     p.add_argument("--interval", type=float, default=1.5, help="seconds between orders")
-    p.add_argument("--sm-delay", type=float, default=0.25)
+    p.add_argument("--sm", choices=("auto", "opensm", "fake"), default="auto",
+                   help="auto: a real OpenSM on ibsim if installed, else the fake SM")
+    p.add_argument("--sm-delay", type=float, default=0.25, help="fake SM only")
     p.add_argument("--reconcile-every", type=float, default=5.0)
     p.add_argument("--idle-seconds", type=float, default=20.0)
     p.add_argument("--timeout", type=float, default=60.0)
