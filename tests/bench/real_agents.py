@@ -119,7 +119,11 @@ def _start_agents(stack: Stack, hosts: list[NodeHost], base: Path, ibsim: Ibsim 
     write_fake_proc(fabric / "proc", "sm-host", cpus=2, mem_gib=1)
     cfg = _agent_config(fabric / "fabric.toml", stack.base_url, _tokens(stack, "fabric", 1)[0],
                         fabric, "fabric", ibsim.fabric_config() if ibsim else "")
-    stack._spawn("agent-fabric", [PYTHON, "-m", "agents", "fabric", "--config", str(cfg)], env)
+    argv = [PYTHON, "-m", "agents", "fabric", "--config", str(cfg)]
+    if ibsim is not None:  # its smpquery calls run under ibsim-run: keep sys-<pid>/ there
+        ibsim.spawn("agent-fabric", argv, env)
+    else:
+        stack._spawn("agent-fabric", argv, env)
 
 
 def _wait_enrolled(stack: Stack, count: int, timeout: float = 60) -> None:
@@ -228,15 +232,23 @@ class Ibsim:
 
     def start(self) -> None:
         self.conf.write_text("Default=0x7fff,ipoib : ALL=limited, SELF=full ;\n")
-        self.stack._spawn("ibsim", ["ibsim", "-n", "-s", str(self.work / "fabric.net")],
-                          self.env)
+        self.spawn("ibsim", ["ibsim", "-n", "-s", str(self.work / "fabric.net")])
         self._wait("ibsim", "ready")
-        osm = self.stack._spawn("opensm", ["ibsim-run", "opensm", "-f",
-                                           str(self.work / "osm.log"), "-P", str(self.conf)],
-                                self.env)
+        osm = self.spawn("opensm", ["ibsim-run", "opensm", "-f", str(self.work / "osm.log"),
+                                    "-P", str(self.conf)])
         self.pid_file.write_text(f"{osm.pid}\n")
         self._wait("opensm", "MASTER", 60)
         self._discover()
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Any:
+        """As ``Stack._spawn`` (stopped with the stack), but in the ibsim work directory:
+        umad2sim (``ibsim-run``) creates ``sys-<pid>/`` in the current directory."""
+        with open(self.stack.tmp / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(argv, cwd=self.work, env=env or self.env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        self.stack._all.append(proc)
+        return proc
 
     def _wait(self, log: str, text: str, timeout: float = 20) -> None:
         deadline = time.monotonic() + timeout
@@ -247,8 +259,8 @@ class Ibsim:
         raise RuntimeError(f"{log} not up\n{self.stack.log_tail(log)}")
 
     def run(self, *argv: str) -> str:
-        return subprocess.run(["ibsim-run", *argv], env=self.env, capture_output=True,
-                              text=True, timeout=30, check=True).stdout
+        return subprocess.run(["ibsim-run", *argv], env=self.env, cwd=self.work,
+                              capture_output=True, text=True, timeout=30, check=True).stdout
 
     def _discover(self) -> None:
         host = None
