@@ -145,6 +145,9 @@ class NodeAgent:
             self.watch_until = now + self.s.converge_watch_s if watch else None
             self.watch_step = self.s.converge_step_s
             self.next_watch = now + self.watch_step
+        if converged is not None and not watch:
+            log.info("converged", extra={"generation": self.applier.generation_applied,
+                                         "at_apply": True})
         next_expiry = getattr(self.applier, "next_expiry", None)
         self.expiry_at = next_expiry() if next_expiry is not None else None
 

@@ -1,14 +1,27 @@
 """Order → active and release → ended with REAL agents (issue 12).
 
 The production path, measured: PostgreSQL + a private Redis + uvicorn + 2 Celery workers
-+ beat (``tests.portal.leasing.stack``, ``GPUPOOL_SIMULATED_AGENTS=0``), ``--nodes`` real
-``python -m agents node`` processes over HTTP, each on a fake sysfs tree (the inventory's
-own port GUIDs), a fake procfs and fake NVML (``h100x8``), plus the real
-``python -m agents fabric`` process (driver ``fake``). The subnet manager is played by this
-script: when the fabric agent has applied a partition map, it writes each member port's
-P_Keys into the node's sysfs tree after ``--sm-delay`` seconds (as OpenSM does after a
-sweep). A real OpenSM on ibsim is not used here: the node agents read sysfs, and an
-ibsim fabric's P_Key tables are not visible there.
++ beat (``tests.portal.leasing.stack``, ``GPUPOOL_SIMULATED_AGENTS=0``, reconciler every
+``--reconcile-every`` s), ``--nodes`` real ``python -m agents node`` processes over HTTP,
+each on a fake sysfs tree (with the inventory's port GUIDs), a fake procfs and fake NVML
+(``h100x8``), plus the real ``python -m agents fabric`` process.
+
+The subnet manager (``--sm``, default ``auto``):
+
+- ``opensm`` (auto when ``ibsim``/``opensm``/``infiniband-diags`` are installed): a real
+  OpenSM on an ibsim fabric of one leaf and one HCA per node (the inventory adopts ibsim's
+  GUIDs); the fabric agent drives it (driver ``opensm``: ``partitions.conf`` + SIGHUP,
+  verified with ``smpquery``). When the fabric agent reports the map applied, this script
+  reads each HCA's P_Key table with ``smpquery pkeys`` and writes it into the node's sysfs,
+  as the kernel shows the HCA's table to the node agent.
+- ``fake``: the fabric agent runs driver ``fake``; once it reports a map applied, this
+  script writes each member port's P_Keys into sysfs after ``--sm-delay`` seconds.
+
+Breakdown stamps (seconds after the order): placed = the lease event to ``provisioning``;
+desired written = the audit row of the node's desired state; applied / converged report =
+the agent's own log lines (``desired state applied``, ``converged``); partition set = when
+the P_Keys reached sysfs (a partition already in place counts as set when written);
+active = ``active_at``. release → ended: the release request to the ``ended`` event.
 
     python -m tests.bench.real_agents --nodes 8
 
@@ -367,16 +380,19 @@ def _stamps(lease: dict[str, Any], writes: list[tuple[str, int, float]],
     placed = lease["placed"]
     nodes = [(pk, w) for pk in lease["nodes"]
              if (w := _first_write(writes, str(pk), placed - 0.001)) is not None]
-    fabric = _first_write(writes, "fabric", placed - 0.001)
-    if not nodes or fabric is None:
+    if not nodes:
         return {}
+    written = max(t for _, (_, t) in nodes)
+    # the fabric map in force for this lease: the last one written with its node state
+    # (same transaction); a partition already in place counts as set when written
+    fabric = max((g for o, g, t in writes if o == "fabric" and t <= written + 0.05), default=0)
+    programmed = min((t for g, t in sm.programmed.items() if g >= fabric), default=0.0)
     return {
         "placed": placed,
-        "desired written": max(t for _, (_, t) in nodes),
+        "desired written": written,
         "applied (agent)": max(_first_agent(agent, pk, "desired state applied", g)
                                for pk, (g, _) in nodes),
-        "partition set (SM)": min((t for g, t in sm.programmed.items() if g >= fabric[0]),
-                                  default=0.0),
+        "partition set (SM)": max(programmed, written) if programmed else 0.0,
         "converged report (agent)": max(_first_agent(agent, pk, "converged", g)
                                         for pk, (g, _) in nodes),
         "active": lease["active"],
@@ -450,6 +466,7 @@ def _run(stack: Stack, o: argparse.Namespace) -> int:
 
 def _idle_commits(stack: Stack, seconds: float) -> float:
     sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = %s"
+    time.sleep(5)  # let the last releases' reports and tasks drain
     with stack.connect() as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         before = conn.execute(sql, [stack.db_name]).fetchone()[0]
