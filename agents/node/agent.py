@@ -272,8 +272,9 @@ class NodeAgent:
         return True
 
     def run(self, stop: threading.Event) -> None:
-        with contextlib.suppress(Exception):  # never a reason not to start
-            self.restore_desired()
+        if self.s.role == "node":  # grants live on nodes; the fabric re-reads its map
+            with contextlib.suppress(Exception):  # never a reason not to start
+                self.restore_desired()
         waker = threading.Thread(target=self._long_poll, args=(stop,), daemon=True,
                                  name="desired-state-long-poll")  # fmt: skip
         waker.start()
