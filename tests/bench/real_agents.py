@@ -343,6 +343,8 @@ def _lease_rows(stack: Stack, ids: list[str]) -> dict[str, dict[str, Any]]:
               WHERE e.lease_id = l.id AND e.to_state = 'provisioning'),
             (SELECT EXTRACT(EPOCH FROM min(e.created)) FROM leasing_leaseevent e
               WHERE e.lease_id = l.id AND e.to_state = 'ended'),
+            (SELECT EXTRACT(EPOCH FROM min(e.created)) FROM leasing_leaseevent e
+              WHERE e.lease_id = l.id AND e.to_state = 'releasing'),
             ARRAY(SELECT DISTINCT g.node_id FROM leasing_allocation a
                   JOIN inventory_gpu g ON g.id = a.gpu_id WHERE a.lease_id = l.id)
             FROM leasing_lease l WHERE l.id::text = ANY(%s)""", [ids])
@@ -351,7 +353,7 @@ def _lease_rows(stack: Stack, ids: list[str]) -> dict[str, dict[str, Any]]:
         return float(v) if v is not None else None
 
     return {r[0]: {"created": float(r[1]), "active": f(r[2]), "placed": f(r[3]),
-                   "ended": f(r[4]), "nodes": list(r[5])} for r in rows}
+                   "ended": f(r[4]), "releasing": f(r[5]), "nodes": list(r[6])} for r in rows}
 
 
 def _desired_writes(stack: Stack) -> list[tuple[str, int, float]]:
@@ -375,12 +377,14 @@ def _first_agent(agent: dict[tuple[int, str, int], float], pk: int, msg: str,
                default=0.0)
 
 
-def _stamps(lease: dict[str, Any], writes: list[tuple[str, int, float]],
-            agent: dict[tuple[int, str, int], float], sm: SubnetManager) -> dict[str, float]:
-    placed = lease["placed"]
-    nodes = [(pk, w) for pk in lease["nodes"]
-             if (w := _first_write(writes, str(pk), placed - 0.001)) is not None]
-    if not nodes:
+def _stamps(start: tuple[str, float], end: tuple[str, float | None], node_pks: list[int],
+            writes: list[tuple[str, int, float]], agent: dict[tuple[int, str, int], float],
+            sm: SubnetManager) -> dict[str, float]:
+    """One lease's way from ``start`` (placed / releasing event) to ``end`` (active / ended)
+    through the node and fabric desired state, the agents and the SM."""
+    nodes = [(pk, w) for pk in node_pks
+             if (w := _first_write(writes, str(pk), start[1] - 0.001)) is not None]
+    if not nodes or end[1] is None:
         return {}
     written = max(t for _, (_, t) in nodes)
     # the fabric map in force for this lease: the last one written with its node state
@@ -388,33 +392,49 @@ def _stamps(lease: dict[str, Any], writes: list[tuple[str, int, float]],
     fabric = max((g for o, g, t in writes if o == "fabric" and t <= written + 0.05), default=0)
     programmed = min((t for g, t in sm.programmed.items() if g >= fabric), default=0.0)
     return {
-        "placed": placed,
+        start[0]: start[1],
         "desired written": written,
         "applied (agent)": max(_first_agent(agent, pk, "desired state applied", g)
                                for pk, (g, _) in nodes),
         "partition set (SM)": max(programmed, written) if programmed else 0.0,
         "converged report (agent)": max(_first_agent(agent, pk, "converged", g)
                                         for pk, (g, _) in nodes),
-        "active": lease["active"],
+        end[0]: end[1],
     }
 
 
 def _breakdown(stack: Stack, hosts: list[NodeHost], sm: SubnetManager,
-               leases: dict[str, dict[str, Any]], verbose: bool) -> dict[str, list[float]]:
+               leases: dict[str, dict[str, Any]], released: dict[str, float],
+               verbose: bool) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per step, seconds after the order (provisioning) and after the release request."""
     agent, writes = _agent_events(stack, hosts), _desired_writes(stack)
-    steps: dict[str, list[float]] = {}
+    up: dict[str, list[float]] = {}
+    down: dict[str, list[float]] = {}
     for lease_id, lease in leases.items():
-        if lease["active"] is None or lease["placed"] is None:
-            continue
-        stamps = _stamps(lease, writes, agent, sm)
-        if verbose:
-            print(f"  lease {lease_id[:8]} nodes {lease['nodes']}: " + ", ".join(
-                f"{k} {v - lease['created']:.2f}" for k, v in stamps.items()))
-        for step, ts in stamps.items():
-            steps.setdefault(step, [])
-            if ts:
-                steps[step].append(ts - lease["created"])
-    return steps
+        timelines = [(up, lease["created"], _stamps(("placed", lease["placed"] or 0.0),
+                                                    ("active", lease["active"]),
+                                                    lease["nodes"], writes, agent, sm))]
+        if lease_id in released and lease["releasing"]:
+            timelines.append((down, released[lease_id], _stamps(
+                ("releasing", lease["releasing"]), ("ended", lease["ended"]),
+                lease["nodes"], writes, agent, sm)))
+        for steps, t0, stamps in timelines:
+            if verbose:
+                print(f"  lease {lease_id[:8]} nodes {lease['nodes']}: " + ", ".join(
+                    f"{k} {v - t0:.2f}" for k, v in stamps.items()))
+            for step, ts in stamps.items():
+                steps.setdefault(step, [])
+                if ts:
+                    steps[step].append(ts - t0)
+    return up, down
+
+
+def _print_steps(title: str, steps: dict[str, list[float]]) -> None:
+    print(f"{title} (p50 / p90 / max):")
+    for step, values in steps.items():
+        if values:
+            print(f"  → {step:26s} {statistics.median(values):6.2f} / "
+                  f"{_pct(values, 0.9):6.2f} / {max(values):6.2f}")
 
 
 def _run(stack: Stack, o: argparse.Namespace) -> int:
@@ -453,11 +473,9 @@ def _run(stack: Stack, o: argparse.Namespace) -> int:
           + (f", SM delay {o.sm_delay:g} s" if not isinstance(sm, OpenSmBridge) else ""))
     print(f"order → active:  {_summary(to_active)}")
     print(f"release → ended: {_summary(to_ended)}")
-    print("breakdown, seconds after the order (p50 / p90 / max):")
-    for step, values in _breakdown(stack, hosts, sm, leases, o.verbose).items():
-        if values:
-            print(f"  → {step:26s} {statistics.median(values):6.2f} / "
-                  f"{_pct(values, 0.9):6.2f} / {max(values):6.2f}")
+    up, down = _breakdown(stack, hosts, sm, leases, released, o.verbose)
+    _print_steps("breakdown, seconds after the order", up)
+    _print_steps("release, seconds after the request", down)
     idle = _idle_commits(stack, o.idle_seconds)
     print(f"idle ({len(hosts)} node agents + fabric, no orders, {o.idle_seconds:g} s): "
           f"{idle:.1f} database commits/s")
