@@ -106,6 +106,20 @@ def _metrics(listen: str, coll: SampleCollector) -> MetricsServer | None:
     return server
 
 
+def build_applier(hw: dict[str, Any], sampler: Sampler, api: Any) -> NodeApplier:
+    """The node's applier; every host command goes to the real host only if
+    ``access_root`` is ``/`` (a recording fake otherwise: tests, demo, temp roots)."""
+    host = host_for_root(hw["access_root"])
+    if isinstance(host, FakeHost) and isinstance(api, FakeNvml):
+        host.handlers.append(api.host_handler)  # demo: a kill ends the fake's processes
+    managers: dict[str, IpoibManager] = {
+        "sysfs": SysfsIpoib(hw["sysfs_root"]), "iplink": IpLinkIpoib(hw["sysfs_root"], host)
+    }
+    return NodeApplier(sampler.ib, FileAccess(hw["access_root"], host=host),
+                       managers.get(hw["ipoib"]), hw["ipoib_parent"],
+                       cleaner=GpuCleaner(api, host))  # fmt: skip
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     cfg = config.load(args.config, config.NODE_DEFAULTS)
     jsonlog.setup(cfg["log"]["level"])
@@ -116,15 +130,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         watcher = XidWatcher(api, sampler.nvml)
         watcher.start()
         sampler.xid_source = watcher.drain
-    host = host_for_root(hw["access_root"])  # a recording fake unless the root is "/"
-    if isinstance(host, FakeHost) and isinstance(api, FakeNvml):
-        host.handlers.append(api.host_handler)  # demo: a kill ends the fake's processes
-    managers: dict[str, IpoibManager] = {
-        "sysfs": SysfsIpoib(hw["sysfs_root"]), "iplink": IpLinkIpoib(hw["sysfs_root"], host)
-    }
-    ipoib = managers.get(hw["ipoib"])
-    applier = NodeApplier(sampler.ib, FileAccess(hw["access_root"], host=host), ipoib,
-                          hw["ipoib_parent"], cleaner=GpuCleaner(api, host))  # fmt: skip
+    applier = build_applier(hw, sampler, api)
     agent = NodeAgent(_settings(cfg, "node"), _client(cfg), sampler, applier)
     return _run(agent, cfg, watcher, api)
 

@@ -66,3 +66,28 @@ def test_real_host_reports_a_missing_command_without_raising() -> None:
     result = RealHost().run(["/nonexistent/gpupool-no-such-command"])
     assert result.returncode == 127
     assert "FileNotFoundError" in result.stderr
+
+
+def test_node_agent_built_for_a_temp_root_never_gets_the_real_host(tmp_path: Path,
+                                                                   no_real_host: None) -> None:
+    from agents import config
+    from agents.cli import build_applier, build_sampler
+    from agents.nvml.fake import FakeNvml
+
+    hw = {**config.NODE_DEFAULTS["hardware"], "sysfs_root": str(tmp_path / "sys"),
+          "proc_root": str(tmp_path / "proc"), "fake_gpus": "h100x2",
+          "access_root": str(tmp_path / "root"), "ipoib": "iplink"}
+    sampler, api = build_sampler(hw["sysfs_root"], hw["proc_root"], hw["fake_gpus"])
+    applier = build_applier(hw, sampler, api)
+    host = applier.access.host  # type: ignore[attr-defined]
+    assert isinstance(host, FakeHost)
+    assert applier.cleaner is not None and applier.cleaner.host is host
+    assert applier.ipoib.host is host  # type: ignore[union-attr]
+    assert isinstance(api, FakeNvml)
+    api.add_process(0, pid=777, owner="lease-1")
+    applier.apply({"generation": 1, "partitions": [], "access_grants": [
+        {"lease_id": "ls_1", "account": "lease-1", "gpu_indices": [0],
+         "ssh_authorized_keys": [KEY]}]})
+    applier.apply({"generation": 2, "partitions": [], "access_grants": []})
+    assert ("pkill", "-KILL", "-u", "lease-1") in host.calls
+    assert applier.observed()["gpu_cleaning"][0]["clean"] is True
