@@ -1,7 +1,8 @@
 """GPU cleaning when a lease's grant is torn down (issue 10.4).
 
 After the access manager has ended the lease account's sessions and processes, each of
-the lease's GPUs is checked with NVML (``nvmlDeviceGetComputeRunningProcesses``): any
+the lease's GPUs is checked with NVML (``nvmlDeviceGetComputeRunningProcesses`` and
+``…GraphicsRunningProcesses``): any
 process still holding it is killed by pid through the host interface, and the GPU is
 polled (bounded) until none is left. Then what NVML can reset without a GPU reset is
 reset (locked GPU/memory clocks, application clocks). The result, one per GPU, goes into
@@ -13,6 +14,7 @@ idle and the fabric manager; an operator or the portal's quarantine decides).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -69,7 +71,13 @@ class GpuCleaner:
         return self.api.nvmlDeviceGetHandleByIndex(index)
 
     def _pids(self, handle: Any) -> list[int]:
-        return sorted(int(p.pid) for p in self.api.nvmlDeviceGetComputeRunningProcesses(handle))
+        """Compute (CUDA) and graphics processes holding the GPU."""
+        procs = list(self.api.nvmlDeviceGetComputeRunningProcesses(handle))
+        graphics = getattr(self.api, "nvmlDeviceGetGraphicsRunningProcesses", None)
+        if graphics is not None:
+            with contextlib.suppress(binding.NotSupported):
+                procs += graphics(handle)
+        return sorted({int(p.pid) for p in procs})
 
     def _drain(self, handle: Any) -> tuple[list[int], list[int]]:
         """Kill what still holds the GPU; wait (bounded) until NVML lists nothing."""

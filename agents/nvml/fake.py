@@ -43,6 +43,7 @@ FIELDS = (
     "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetClockInfo",
     "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetNvLinkState",
     "nvmlDeviceGetMigMode", "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks",
     "nvmlDeviceResetApplicationsClocks",
 )  # fmt: skip
@@ -91,6 +92,7 @@ class FakeProcess:
     used_bytes: int
     owner: str = ""
     unkillable: bool = False  # e.g. stuck in the driver (D state): a kill does not end it
+    graphics: bool = False  # listed by ...GraphicsRunningProcesses, not ...Compute...
 
 
 @dataclass(eq=False)
@@ -164,9 +166,11 @@ class FakeNvml:
                 self._cond.notify_all()
 
     def add_process(self, index: int, pid: int, used_mib: int = 1024, owner: str = "",
-                    unkillable: bool = False) -> None:  # fmt: skip
-        """A compute process (a CUDA context) on GPU ``index``, run by account ``owner``."""
-        self.processes[pid] = FakeProcess(pid, index, used_mib * MIB, owner, unkillable)
+                    unkillable: bool = False, graphics: bool = False) -> None:  # fmt: skip
+        """A compute process (a CUDA context; ``graphics``: a graphics one) on GPU
+        ``index``, run by account ``owner``."""
+        self.processes[pid] = FakeProcess(pid, index, used_mib * MIB, owner, unkillable,
+                                          graphics)  # fmt: skip
 
     def end_processes(self, *, pid: int | None = None, owner: str | None = None) -> int:
         """Ends the killable processes matching ``pid`` or ``owner``; returns how many."""
@@ -297,10 +301,17 @@ class FakeNvml:
         g = self._dev(h, "nvmlDeviceGetMigMode")
         return [g.mig_mode, g.mig_mode]
 
-    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[_Process]:
-        g = self._dev(h, "nvmlDeviceGetComputeRunningProcesses")
+    def _processes(self, h: Any, fn: str, graphics: bool) -> list[_Process]:
+        g = self._dev(h, fn)
         return [_Process(p.pid, p.used_bytes) for p in sorted(
-            self.processes.values(), key=lambda p: p.pid) if p.gpu_index == g.index]
+            self.processes.values(), key=lambda p: p.pid)
+            if p.gpu_index == g.index and p.graphics == graphics]  # fmt: skip
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[_Process]:
+        return self._processes(h, "nvmlDeviceGetComputeRunningProcesses", graphics=False)
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: Any) -> list[_Process]:
+        return self._processes(h, "nvmlDeviceGetGraphicsRunningProcesses", graphics=True)
 
     def _reset(self, h: Any, fn: str) -> None:
         self.resets.append((self._dev(h, fn).index, fn))

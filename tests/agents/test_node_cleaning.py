@@ -51,15 +51,17 @@ def test_teardown_kills_lease_processes_and_reports_gpus_clean(tmp_path: Path) -
     api.add_process(2, pid=4242, owner="lease-42")
     api.add_process(3, pid=4243, owner="lease-42")
     api.add_process(3, pid=5151, owner="")  # e.g. a container's process, another user
+    api.add_process(3, pid=5252, owner="", graphics=True)  # a graphics context counts too
     api.add_process(5, pid=6161, owner="lease-7")  # another lease's GPU: left alone
     applier.apply(_desired(2, []))
     assert ("pkill", "-KILL", "-u", "lease-42") in host.calls
     assert ("kill", "-KILL", "5151") in host.calls  # found by NVML on the lease's GPU
+    assert ("kill", "-KILL", "5252") in host.calls
     assert ("kill", "-KILL", "6161") not in host.calls
     assert set(api.processes) == {6161}
     cleaning = applier.observed()["gpu_cleaning"]
     assert [(c["gpu_index"], c["clean"], c["processes"], c["killed"]) for c in cleaning] == [
-        (2, True, [], []), (3, True, [], [5151])]
+        (2, True, [], []), (3, True, [], [5151, 5252])]
     assert cleaning[0]["gpu_uuid"] == api.gpus[2].uuid
     assert cleaning[0]["lease_id"] == "ls_42"
     assert cleaning[0]["reset"] == ["gpu_locked_clocks", "memory_locked_clocks",
@@ -73,7 +75,8 @@ def test_teardown_reports_gpu_not_clean_when_a_process_survives(tmp_path: Path) 
     applier, api, _ = _node(tmp_path, wait_s=0.1)
     applier.apply(_desired(1, [GRANT]))
     api.add_process(2, pid=4242, owner="lease-42", unkillable=True)  # stuck in the driver
-    api.set_unsupported(3, "nvmlDeviceResetMemoryLockedClocks")
+    api.set_unsupported(3, "nvmlDeviceResetMemoryLockedClocks",
+                        "nvmlDeviceGetGraphicsRunningProcesses")  # compute still tells
     applier.apply(_desired(2, []))
     by_gpu = {c["gpu_index"]: c for c in applier.observed()["gpu_cleaning"]}
     assert by_gpu[2]["clean"] is False
