@@ -59,6 +59,10 @@ bench-latency: $(STAMP)
 	$(PY) -m tests.bench.lease_latency --nodes 64
 	$(PY) -m tests.bench.lease_latency --nodes 1000
 
+.PHONY: bench-real-agents
+bench-real-agents: $(STAMP)
+	$(PY) -m tests.bench.real_agents --nodes 8
+
 bench-export: $(STAMP)
 	DATABASE_URL=$(BENCH_DB)_billing $(PY) -m tests.bench.export_focus --rows 1000000
 

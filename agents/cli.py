@@ -16,11 +16,12 @@ from prometheus_client import CollectorRegistry
 
 from agents import config, jsonlog
 from agents.client.portal import PortalClient
-from agents.host import HostCollector
+from agents.host import FakeHost, HostCollector, host_for_root
 from agents.metrics import MetricsServer, SampleCollector, render_sample
 from agents.node.access import FileAccess
 from agents.node.agent import AgentSettings, NodeAgent
 from agents.node.apply import NodeApplier
+from agents.node.cleaning import GpuCleaner
 from agents.node.ipoib import IpLinkIpoib, IpoibManager, SysfsIpoib
 from agents.nvml import binding
 from agents.nvml.collector import NvmlCollector
@@ -105,6 +106,20 @@ def _metrics(listen: str, coll: SampleCollector) -> MetricsServer | None:
     return server
 
 
+def build_applier(hw: dict[str, Any], sampler: Sampler, api: Any) -> NodeApplier:
+    """The node's applier; every host command goes to the real host only if
+    ``access_root`` is ``/`` (a recording fake otherwise: tests, demo, temp roots)."""
+    host = host_for_root(hw["access_root"])
+    if isinstance(host, FakeHost) and isinstance(api, FakeNvml):
+        host.handlers.append(api.host_handler)  # demo: a kill ends the fake's processes
+    managers: dict[str, IpoibManager] = {
+        "sysfs": SysfsIpoib(hw["sysfs_root"]), "iplink": IpLinkIpoib(hw["sysfs_root"], host)
+    }
+    return NodeApplier(sampler.ib, FileAccess(hw["access_root"], host=host),
+                       managers.get(hw["ipoib"]), hw["ipoib_parent"],
+                       cleaner=GpuCleaner(api, host))  # fmt: skip
+
+
 def cmd_node(args: argparse.Namespace) -> int:
     cfg = config.load(args.config, config.NODE_DEFAULTS)
     jsonlog.setup(cfg["log"]["level"])
@@ -115,11 +130,7 @@ def cmd_node(args: argparse.Namespace) -> int:
         watcher = XidWatcher(api, sampler.nvml)
         watcher.start()
         sampler.xid_source = watcher.drain
-    managers: dict[str, IpoibManager] = {
-        "sysfs": SysfsIpoib(hw["sysfs_root"]), "iplink": IpLinkIpoib(hw["sysfs_root"])
-    }
-    ipoib = managers.get(hw["ipoib"])
-    applier = NodeApplier(sampler.ib, FileAccess(hw["access_root"]), ipoib, hw["ipoib_parent"])
+    applier = build_applier(hw, sampler, api)
     agent = NodeAgent(_settings(cfg, "node"), _client(cfg), sampler, applier)
     return _run(agent, cfg, watcher, api)
 

@@ -1,10 +1,14 @@
-"""Host facts from an injectable procfs root (``--proc-root``, default ``/proc``)."""
+"""The host, behind injectable interfaces: facts from a procfs root (``--proc-root``,
+default ``/proc``) and the commands the agent runs (``HostCommands``, real or fake)."""
 
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 
 @dataclass
@@ -73,3 +77,68 @@ def write_fake_proc(root: Path, hostname: str, cpus: int = 64, mem_gib: int = 20
     )
     (root / "uptime").write_text("12345.67 98765.43\n")
     (root / "loadavg").write_text("0.50 0.40 0.30 1/234 5678\n")
+
+
+# --- commands on the host -----------------------------------------------------------
+# Every subprocess the agent runs on its host (``loginctl``, ``pkill``, ``kill``, ``ip``)
+# goes through a ``HostCommands``: the real one only where the agent manages the real
+# host (access root ``/``); a recording fake everywhere else (tests, demo, temp roots).
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int
+    stdout: str = ""
+    stderr: str = ""
+
+
+class HostCommands(Protocol):
+    def run(self, argv: Sequence[str]) -> CommandResult: ...
+
+
+class RealHost:
+    """Runs the command on this machine (never raises for a non-zero exit)."""
+
+    def __init__(self, timeout_s: float = 30.0) -> None:
+        self.timeout_s = timeout_s
+
+    def run(self, argv: Sequence[str]) -> CommandResult:
+        try:
+            done = subprocess.run(list(argv), check=False, capture_output=True, text=True,
+                                  timeout=self.timeout_s)  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return CommandResult(127, "", f"{type(exc).__name__}: {exc}")
+        return CommandResult(done.returncode, done.stdout, done.stderr)
+
+
+Handler = Callable[[tuple[str, ...]], CommandResult | None]
+
+
+@dataclass
+class FakeHost:
+    """Records every command; ``handlers`` may act on one (e.g. a fake NVML forgetting
+    the processes a ``kill`` ended) and answer it; otherwise the answer is exit 0."""
+
+    calls: list[tuple[str, ...]] = field(default_factory=list)
+    handlers: list[Handler] = field(default_factory=list)
+
+    def run(self, argv: Sequence[str]) -> CommandResult:
+        call = tuple(argv)
+        self.calls.append(call)
+        for handler in self.handlers:
+            result = handler(call)
+            if result is not None:
+                return result
+        return CommandResult(0)
+
+
+def host_for_root(root: Path | str) -> HostCommands:
+    """The real host only for the real root ``/``; any other root is a sandbox."""
+    return RealHost() if Path(root).resolve() == Path("/") else FakeHost()
+
+
+def checked(result: CommandResult, argv: Sequence[str]) -> CommandResult:
+    """``result``, or ``OSError`` naming the command and its stderr if it failed."""
+    if result.returncode != 0:
+        raise OSError(f"{' '.join(argv)}: exit {result.returncode}: {result.stderr.strip()}")
+    return result

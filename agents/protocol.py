@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, NotRequired, TypedDict
 
 PROTOCOL_VERSION = 1
@@ -198,6 +198,22 @@ def _observed(v: _V, o: dict[str, Any]) -> None:
         if key in o:
             for i, item in enumerate(v.lst(o[key], f"observed.{key}")):
                 v.obj(item, f"observed.{key}[{i}]")
+    if "gpu_cleaning" in o:
+        for i, item in enumerate(v.lst(o["gpu_cleaning"], "observed.gpu_cleaning")):
+            _cleaning(v, item, f"observed.gpu_cleaning[{i}]")
+
+
+def _cleaning(v: _V, item: Any, path: str) -> None:
+    """One GPU's teardown check (optional, additive in v1): clean = no process left."""
+    c = v.obj(item, path)
+    if c is None:
+        return
+    v.req(c, "gpu_index", int, path, minimum=0)
+    v.req(c, "clean", bool, path)
+    v.req(c, "lease_id", str, path, optional=True)
+    v.req(c, "gpu_uuid", str, path, optional=True)
+    v.req(c, "processes", list, path, optional=True)
+    v.req(c, "checked_at", NUM, path, minimum=0, optional=True)
 
 
 def _telemetry(v: _V, item: Any, path: str) -> None:
@@ -308,15 +324,15 @@ def _grant(v: _V, grant: Any, gp: str) -> None:
     for i, idx in enumerate(v.lst(g.get("gpu_indices"), f"{gp}.gpu_indices")):
         if isinstance(idx, bool) or not isinstance(idx, int) or idx < 0:
             v.add(f"{gp}.gpu_indices[{i}]", "must be an integer >= 0")
-    not_after = g.get("not_after")  # optional: the lease end; no login after it
-    if not_after is not None and not _is_aware_time(not_after):
-        v.add(f"{gp}.not_after", "must be an RFC 3339 time with a UTC offset")
+    not_after = v.req(g, "not_after", str, gp, optional=True)
+    if not_after is not None and not _utc_timestamp(not_after):
+        v.add(f"{gp}.not_after", "must be an ISO-8601 UTC timestamp")
 
 
-def _is_aware_time(value: Any) -> bool:
-    if not isinstance(value, str):
-        return False
+def _utc_timestamp(value: str) -> bool:
+    """``2026-12-01T10:00:00+00:00`` (or ``Z``): a date, a time and a zero UTC offset."""
     try:
-        return datetime.fromisoformat(value).tzinfo is not None
+        when = datetime.fromisoformat(value)
     except ValueError:
         return False
+    return when.utcoffset() == timedelta(0)

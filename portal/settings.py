@@ -183,6 +183,9 @@ GPUPOOL_RELEASE_TIMEOUT_S = int(os.environ.get("GPUPOOL_RELEASE_TIMEOUT_S", "300
 # A running spot lease is told this long before it is preempted (0: preempted at once).
 GPUPOOL_PREEMPT_GRACE_S = int(os.environ.get("GPUPOOL_PREEMPT_GRACE_S", "120"))
 GPUPOOL_INVITATION_DAYS = int(os.environ.get("GPUPOOL_INVITATION_DAYS", "7"))
+# Desired-state long-polls: "listen" (PostgreSQL LISTEN/NOTIFY, portal/fleet/wakeup.py) or
+# "poll" (e.g. behind PgBouncer in transaction mode, where LISTEN does not work).
+GPUPOOL_DESIRED_WAKEUP = os.environ.get("GPUPOOL_DESIRED_WAKEUP", "listen")
 if GPUPOOL_SIMULATED_AGENTS:
     CELERY_BEAT_SCHEDULE["simulated-telemetry"] = {
         "task": "portal.leasing.tasks.simulate_telemetry",

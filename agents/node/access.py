@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
 
 from agents.client.spool import atomic_write
+from agents.host import HostCommands, host_for_root
 
 MARKER = "gpupool-lease"
 UID_RANGE = range(61000, 65000)
@@ -39,6 +40,7 @@ class Grant:
     ssh_authorized_keys: tuple[str, ...]
     gpu_indices: tuple[int, ...]
     gpu_uuids: tuple[str, ...] = ()
+    not_after: float | None = None  # epoch seconds; the agent removes the grant then
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Grant:
@@ -46,7 +48,21 @@ class Grant:
             lease_id=d["lease_id"], account=d["account"],
             ssh_authorized_keys=tuple(d.get("ssh_authorized_keys", [])),
             gpu_indices=tuple(d.get("gpu_indices", [])), gpu_uuids=tuple(d.get("gpu_uuids", [])),
+            not_after=parse_not_after(d.get("not_after")),
         )  # fmt: skip
+
+    def expired(self, now: float) -> bool:
+        return self.not_after is not None and now >= self.not_after
+
+
+def parse_not_after(value: Any) -> float | None:
+    """ISO-8601 UTC (``2026-12-01T10:00:00Z`` or ``+00:00``) -> epoch seconds."""
+    if value is None:
+        return None
+    when = datetime.fromisoformat(str(value))
+    if when.tzinfo is None:
+        raise ValueError(f"not_after {value!r} has no timezone")
+    return when.timestamp()
 
 
 class AccessManager(Protocol):
@@ -70,18 +86,28 @@ class FakeAccess:
         self.grants.pop(account, None)
         self.revoked.append(account)
 
+    def gpu_indices(self, account: str) -> list[int]:
+        grant = self.grants.get(account)
+        return list(grant.gpu_indices) if grant else []
 
-def _terminate_user(account: str) -> None:
-    subprocess.run(["loginctl", "terminate-user", account], check=False, capture_output=True)
-    subprocess.run(["pkill", "-KILL", "-u", account], check=False, capture_output=True)
+
+def terminate_user(host: HostCommands, account: str) -> None:
+    """End the account's sessions and processes (exit codes ignored: none may be left)."""
+    host.run(["loginctl", "terminate-user", account])
+    host.run(["pkill", "-KILL", "-u", account])
 
 
 class FileAccess:
+    """``host``: where ``loginctl``/``pkill`` run; by default the real host only for the
+    real root ``/`` and a recording fake for any other root (tests, demo)."""
+
     def __init__(self, root: Path | str = "/", chown: bool | None = None,
-                 terminate: Callable[[str], None] | None = None) -> None:  # fmt: skip
+                 terminate: Callable[[str], None] | None = None,
+                 host: HostCommands | None = None) -> None:  # fmt: skip
         self.root = Path(root)
         self.chown = (os.geteuid() == 0 and str(root) == "/") if chown is None else chown
-        self.terminate = terminate or _terminate_user
+        self.host = host if host is not None else host_for_root(self.root)
+        self.terminate = terminate or (lambda account: terminate_user(self.host, account))
 
     def _p(self, rel: str) -> Path:
         return self.root / rel
@@ -171,6 +197,15 @@ class FileAccess:
         dropin.parent.mkdir(parents=True, exist_ok=True)
         body = "[Slice]\nDevicePolicy=closed\n" + "".join(f"DeviceAllow={n} rw\n" for n in nodes)
         atomic_write(dropin, f"# gpupool lease {grant.lease_id}\n" + body, 0o644)
+
+    def gpu_indices(self, account: str) -> list[int]:
+        """The GPUs the account was given, from its device allow-list (``c 195:N rw``)."""
+        out: list[int] = []
+        for line in self._lines(f"etc/gpupool/leases/{account}.devices"):
+            _, _, minor = [*line.split(), "", ""][1].partition(":")
+            if minor.isdigit() and int(minor) != 255:
+                out.append(int(minor))
+        return out
 
     def revoke(self, account: str) -> None:
         if account not in self.present():

@@ -1,9 +1,16 @@
 """The node agent's main loop, driven by ``tick(now)`` so that tests can run a simulated
 clock (no real sleeping): sample -> spool a report -> flush the spool in order with
-backoff -> fetch and apply desired state when the portal says there is a newer one."""
+backoff -> fetch and apply desired state when the portal says there is a newer one.
+
+After an apply the agent watches for convergence (the subnet manager setting the P_Key,
+IPoIB children, grants): it re-reads at short, growing intervals (``converge_step_s``
+doubling up to ``converge_max_step_s``, for at most ``converge_watch_s``) and sends a
+report the moment the node converges, instead of waiting for the next regular report.
+Grants with ``not_after`` are removed by the agent itself when it passes."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -34,6 +41,9 @@ class AgentSettings:
     max_spooled_reports: int = 10_000
     long_poll_s: int = 30
     fsync: bool = True
+    converge_step_s: float = 0.05
+    converge_max_step_s: float = 0.25
+    converge_watch_s: float = 15.0
 
 
 class NodeAgent:
@@ -54,6 +64,10 @@ class NodeAgent:
         now = clock()
         self.next_sample = self.next_report = self.next_send = now
         self.desired_generation = 0
+        self._watch_lock = threading.Lock()
+        self.watch_until: float | None = None  # watching for convergence until then
+        self.next_watch = self.watch_step = 0.0
+        self.expiry_at: float | None = None  # wall time of the next grant not_after
         self.on_sample: Callable[[Any], None] | None = None
         self._load_credential()
 
@@ -104,13 +118,60 @@ class NodeAgent:
                 except PortalError as exc:
                     self._failed(now, exc)
             return max(0.0, min(self.next_send, self.next_sample) - now)
+        self._expire()
+        self._watch(now)
         if now >= self.next_report or self.wake.is_set():
             self._spool_report()
             self.next_report = now + self.s.report_interval_s
         if now >= self.next_send or self.wake.is_set():
             self.wake.clear()
             self.flush(now)
-        return max(0.0, min(self.next_sample, self.next_report, self.next_send) - self.clock())
+        return max(0.0, min(self._due()) - self.clock())
+
+    def _due(self) -> list[float]:
+        due = [self.next_sample, self.next_report, self.next_send]
+        if self.watch_until is not None:
+            due.append(self.next_watch)
+        if self.expiry_at is not None:
+            due.append(self.clock() + self.expiry_at - self.wall())
+        return due
+
+    # --- convergence and expiry ------------------------------------------------------
+    def _start_watch(self) -> None:
+        now = self.clock()
+        converged = getattr(self.applier, "converged", None)
+        with self._watch_lock:  # already converged: the report after the apply says so
+            watch = converged is not None and not converged()
+            self.watch_until = now + self.s.converge_watch_s if watch else None
+            self.watch_step = self.s.converge_step_s
+            self.next_watch = now + self.watch_step
+        if converged is not None and not watch:
+            log.info("converged", extra={"generation": self.applier.generation_applied,
+                                         "at_apply": True})
+        next_expiry = getattr(self.applier, "next_expiry", None)
+        self.expiry_at = next_expiry() if next_expiry is not None else None
+
+    def _watch(self, now: float) -> None:
+        converged = getattr(self.applier, "converged", None)
+        with self._watch_lock:
+            if converged is None or self.watch_until is None or now < self.next_watch:
+                return
+            if converged():
+                log.info("converged", extra={"generation": self.applier.generation_applied})
+                self.watch_until = None
+                self.wake.set()  # report it now, not at the next regular report
+            elif now >= self.watch_until:
+                self.watch_until = None  # regular reports carry it from here
+            else:
+                self.watch_step = min(self.watch_step * 2, self.s.converge_max_step_s)
+                self.next_watch = now + self.watch_step
+
+    def _expire(self) -> None:
+        if self.expiry_at is None or self.wall() < self.expiry_at:
+            return
+        if self.applier.expire_grants():
+            self.wake.set()
+        self.expiry_at = self.applier.next_expiry()
 
     def _sample(self) -> None:
         sample = self.sampler.sample()
@@ -181,10 +242,39 @@ class NodeAgent:
             log.error("invalid desired state", extra={"problems": problems[:5]})
             return False
         self.applier.apply(desired)
+        log.info("desired state received", extra={"generation": desired["generation"]})
+        self._save_desired(desired)
+        self._start_watch()
         self.wake.set()  # report the generation reached right away
         return True
 
+    # --- the last desired state, kept across restarts --------------------------------------
+    @property
+    def _desired_path(self) -> Path:
+        return self.s.state_dir / "desired.json"
+
+    def _save_desired(self, desired: dict[str, Any]) -> None:
+        self.s.state_dir.mkdir(parents=True, exist_ok=True)
+        atomic_write(self._desired_path, json.dumps(desired), 0o600)
+
+    def restore_desired(self) -> bool:
+        """Re-apply the last desired state saved before a restart, so that grants still
+        end at ``not_after`` if the portal is unreachable from the start. True if one was."""
+        try:
+            desired = json.loads(self._desired_path.read_text())
+        except (OSError, ValueError):
+            return False
+        if protocol.validate_desired_state(desired, self.s.role):
+            return False
+        self.applier.apply(desired)
+        self._start_watch()
+        log.info("desired state restored", extra={"generation": desired["generation"]})
+        return True
+
     def run(self, stop: threading.Event) -> None:
+        if self.s.role == "node":  # grants live on nodes; the fabric re-reads its map
+            with contextlib.suppress(Exception):  # never a reason not to start
+                self.restore_desired()
         waker = threading.Thread(target=self._long_poll, args=(stop,), daemon=True,
                                  name="desired-state-long-poll")  # fmt: skip
         waker.start()

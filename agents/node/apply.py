@@ -1,12 +1,22 @@
-"""Applies a node's desired state idempotently and describes what it observed."""
+"""Applies a node's desired state idempotently and describes what it observed.
+
+Grants end on the agent too: a grant whose ``not_after`` has passed is removed by
+``expire_grants`` (called from the agent's loop, portal reachable or not) and is never
+re-created from a stale desired state. Tearing a grant down cleans its GPUs
+(``cleaning.py``). ``converged()`` re-reads what the node waits for (P_Key tables in
+sysfs, IPoIB children, grants) so the agent can report the moment it converges.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from agents.node.access import AccessManager, Grant
+from agents.node.cleaning import GpuCleaner
 from agents.node.ipoib import IpoibManager
 from agents.node.partitions import check_partitions
 from agents.sysfs.infiniband import IbDevice, InfinibandCollector
@@ -16,14 +26,18 @@ log = logging.getLogger("agents.node.apply")
 
 class NodeApplier:
     def __init__(self, ib: InfinibandCollector, access: AccessManager,
-                 ipoib: IpoibManager | None = None, ipoib_parent: str = "ib0") -> None:  # fmt: skip
+                 ipoib: IpoibManager | None = None, ipoib_parent: str = "ib0",
+                 cleaner: GpuCleaner | None = None,
+                 wall: Callable[[], float] = time.time) -> None:  # fmt: skip
         self.ib, self.access, self.ipoib, self.ipoib_parent = ib, access, ipoib, ipoib_parent
+        self.cleaner, self.wall = cleaner, wall
         self._lock = threading.RLock()
         self.generation_applied = 0
         self.generation_seen = 0
         self.desired: dict[str, Any] = {"partitions": [], "access_grants": []}
         self.errors: list[dict[str, str]] = []
         self.last_devices: list[IbDevice] | None = None  # latest sample's, to avoid re-reading
+        self.cleaning: dict[int, dict[str, Any]] = {}  # gpu index -> latest teardown check
 
     def observe_devices(self, devices: list[IbDevice]) -> None:
         self.last_devices = devices
@@ -39,29 +53,67 @@ class NodeApplier:
             return  # stale
         self.desired = desired
         self.errors = []
-        self._grants(desired.get("access_grants", []))
+        self._grants()
         self._ipoib(desired.get("partitions", []))
+        self.last_devices = self.ib.collect()  # the report that follows shows this moment
         if not self.errors:
             self.generation_applied = generation
         log.info("desired state applied", extra={"generation": generation,
                                                  "errors": len(self.errors)})  # fmt: skip
 
-    def _grants(self, grants: list[dict[str, Any]]) -> None:
-        wanted = {g["account"]: Grant.from_wire(g) for g in grants}
+    def _wanted(self) -> dict[str, Grant]:
+        now = self.wall()
+        grants = (Grant.from_wire(g) for g in self.desired.get("access_grants", []))
+        return {g.account: g for g in grants if not g.expired(now)}
+
+    def _grants(self) -> None:
+        wanted = self._wanted()
         for account in set(self.access.present()) - set(wanted):
-            self._try(f"access_grants/{account}/revoke", lambda a=account: self.access.revoke(a))
+            self._try(f"access_grants/{account}/revoke", lambda a=account: self._teardown(a))
         for account, grant in wanted.items():
+            for index in grant.gpu_indices:
+                self.cleaning.pop(index, None)  # handed out again: the old check is history
             self._try(f"access_grants/{account}", lambda g=grant: self.access.apply(g))
 
-    def _ipoib(self, partitions: list[dict[str, Any]]) -> None:
-        if self.ipoib is None:
-            return
+    def _teardown(self, account: str) -> None:
+        """Revoke the grant (ends the account's processes), then clean its GPUs."""
+        lease_id = self.access.present().get(account, "")
+        indices = list(getattr(self.access, "gpu_indices", lambda a: [])(account))
+        self.access.revoke(account)
+        if self.cleaner is not None and indices:
+            for result in self.cleaner.clean(lease_id, indices):
+                self.cleaning[int(result["gpu_index"])] = result
+
+    def expire_grants(self) -> bool:
+        """Remove every present grant whose ``not_after`` has passed; True if any was."""
+        with self._lock:
+            wanted = self._wanted()
+            gone = [a for a in self.access.present() if a not in wanted]
+            for account in gone:
+                log.info("grant expired on the agent", extra={"account": account})
+                self._try(f"access_grants/{account}/expire", lambda a=account: self._teardown(a))
+            return bool(gone)
+
+    def next_expiry(self) -> float | None:
+        """Wall-clock time of the next ``not_after`` among the grants still present."""
+        with self._lock:
+            present = self.access.present()
+            times = [g.not_after for g in self._wanted().values()
+                     if g.not_after is not None and g.account in present]  # fmt: skip
+            return min(times) if times else None
+
+    def _ipoib_wanted(self, partitions: list[dict[str, Any]]) -> set[int]:
         mine = {p.port_guid for d in self.ib.collect() for p in d.ports if p.port_guid}
-        want = {
+        return {
             int(p["pkey"], 16) | 0x8000
             for p in partitions
             if p.get("ipoib") and mine & set(p.get("port_guids", []))
         }
+
+    def _ipoib(self, partitions: list[dict[str, Any]]) -> None:
+        if self.ipoib is None:
+            return
+        want = self._ipoib_wanted(partitions)
         parent, mgr = self.ipoib_parent, self.ipoib
         have = set(mgr.children(parent).values())
         for pkey in sorted(have - want):
@@ -76,6 +128,22 @@ class NodeApplier:
             log.error("apply failed", extra={"item": item, "error": str(exc)})
             self.errors.append({"item": item, "message": f"{type(exc).__name__}: {exc}"})
 
+    def converged(self) -> bool:
+        """Re-read sysfs, IPoIB children and grants: does the node match its desired
+        state now? (Also refreshes the devices the next report shows.)"""
+        with self._lock:
+            self.last_devices = self.ib.collect()
+            if self.errors or self.generation_applied < self.generation_seen:
+                return False
+            ports = check_partitions(self.last_devices, self.desired)
+            if not all(p["in_sync"] for p in ports):
+                return False
+            if self.ipoib is not None:
+                want = self._ipoib_wanted(self.desired.get("partitions", []))
+                if set(self.ipoib.children(self.ipoib_parent).values()) != want:
+                    return False
+            return set(self.access.present()) == set(self._wanted())
+
     def observed(self) -> dict[str, Any]:
         with self._lock:
             return self._observed()
@@ -87,7 +155,7 @@ class NodeApplier:
             children = [
                 {"parent": self.ipoib_parent, "name": n, "pkey": f"0x{k:04x}"} for n, k in kids
             ]
-        return {
+        observed: dict[str, Any] = {
             "generation_applied": self.generation_applied,
             "generation_seen": self.generation_seen,
             "apply_errors": list(self.errors),
@@ -101,3 +169,6 @@ class NodeApplier:
                 for a, lease in sorted(self.access.present().items())
             ],
         }
+        if self.cleaning:
+            observed["gpu_cleaning"] = [dict(r) for _, r in sorted(self.cleaning.items())]
+        return observed

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 from typing import Protocol
+
+from agents.host import FakeHost, HostCommands, checked
 
 
 def child_name(parent: str, pkey: int) -> str:
@@ -48,19 +49,23 @@ class SysfsIpoib:
 
 
 class IpLinkIpoib(SysfsIpoib):
-    """``ip link add link ib0 name ib0.8101 type ipoib pkey 0x8101`` (iproute2)."""
+    """``ip link add link ib0 name ib0.8101 type ipoib pkey 0x8101`` (iproute2), run
+    through ``host`` (a recording fake unless the caller passes the real host)."""
+
+    def __init__(self, sysfs_root: Path | str = "/sys", host: HostCommands | None = None) -> None:
+        super().__init__(sysfs_root)
+        self.host = host if host is not None else FakeHost()
 
     def create(self, parent: str, pkey: int) -> str:
         name = child_name(parent, pkey)
-        subprocess.run(
-            ["ip", "link", "add", "link", parent, "name", name, "type", "ipoib",
-             "pkey", f"0x{pkey | 0x8000:04x}"], check=True, capture_output=True,
-        )  # fmt: skip
+        argv = ["ip", "link", "add", "link", parent, "name", name, "type", "ipoib",
+                "pkey", f"0x{pkey | 0x8000:04x}"]  # fmt: skip
+        checked(self.host.run(argv), argv)
         return name
 
     def remove(self, parent: str, pkey: int) -> None:
-        name = child_name(parent, pkey)
-        subprocess.run(["ip", "link", "delete", name], check=True, capture_output=True)
+        argv = ["ip", "link", "delete", child_name(parent, pkey)]
+        checked(self.host.run(argv), argv)
 
 
 class FakeIpoib:

@@ -13,6 +13,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
+from agents.host import CommandResult
 from agents.nvml import binding
 
 MIB = 1024 * 1024
@@ -41,7 +42,10 @@ FIELDS = (
     "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetUtilizationRates", "nvmlDeviceGetTemperature",
     "nvmlDeviceGetPowerUsage", "nvmlDeviceGetTotalEnergyConsumption", "nvmlDeviceGetClockInfo",
     "nvmlDeviceGetTotalEccErrors", "nvmlDeviceGetRemappedRows", "nvmlDeviceGetNvLinkState",
-    "nvmlDeviceGetMigMode",
+    "nvmlDeviceGetMigMode", "nvmlDeviceGetComputeRunningProcesses",
+    "nvmlDeviceGetGraphicsRunningProcesses",
+    "nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks",
+    "nvmlDeviceResetApplicationsClocks",
 )  # fmt: skip
 
 
@@ -71,6 +75,24 @@ class _Event:
     eventData: int
     gpuInstanceId: int = 0xFFFFFFFF
     computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass
+class _Process:  # the fields of pynvml's c_nvmlProcessInfo_t (v2/v3)
+    pid: int
+    usedGpuMemory: int | None
+    gpuInstanceId: int = 0xFFFFFFFF
+    computeInstanceId: int = 0xFFFFFFFF
+
+
+@dataclass
+class FakeProcess:
+    pid: int
+    gpu_index: int
+    used_bytes: int
+    owner: str = ""
+    unkillable: bool = False  # e.g. stuck in the driver (D state): a kill does not end it
+    graphics: bool = False  # listed by ...GraphicsRunningProcesses, not ...Compute...
 
 
 @dataclass(eq=False)
@@ -119,6 +141,8 @@ class FakeNvml:
         self._events: deque[_Event] = deque()
         self._cond = threading.Condition()
         self._registered: set[int] = set()
+        self.processes: dict[int, FakeProcess] = {}
+        self.resets: list[tuple[int, str]] = []  # (gpu index, NVML reset function)
         self.gpus = [self._make(i, m, host) for i, m in enumerate(parse_spec(spec))]
 
     @staticmethod
@@ -140,6 +164,34 @@ class FakeNvml:
             if index in self._registered:
                 self._events.append(_Event(self.gpus[index], 8, xid))
                 self._cond.notify_all()
+
+    def add_process(self, index: int, pid: int, used_mib: int = 1024, owner: str = "",
+                    unkillable: bool = False, graphics: bool = False) -> None:  # fmt: skip
+        """A compute process (a CUDA context; ``graphics``: a graphics one) on GPU
+        ``index``, run by account ``owner``."""
+        self.processes[pid] = FakeProcess(pid, index, used_mib * MIB, owner, unkillable,
+                                          graphics)  # fmt: skip
+
+    def end_processes(self, *, pid: int | None = None, owner: str | None = None) -> int:
+        """Ends the killable processes matching ``pid`` or ``owner``; returns how many."""
+        doomed = [p.pid for p in self.processes.values() if not p.unkillable
+                  and (p.pid == pid or (owner is not None and p.owner == owner))]  # fmt: skip
+        for victim in doomed:
+            del self.processes[victim]
+        return len(doomed)
+
+    def host_handler(self, call: tuple[str, ...]) -> CommandResult | None:
+        """For ``FakeHost.handlers``: ``kill -KILL <pid>`` / ``pkill -KILL -u <account>``
+        end this fake's processes, as they would on a real host."""
+        if call[:2] == ("kill", "-KILL") and len(call) == 3 and call[2].isdigit():
+            pid = int(call[2])
+            if pid not in self.processes:
+                return CommandResult(1, "", f"kill: ({pid}) - No such process")
+            self.end_processes(pid=pid)
+            return CommandResult(0)
+        if call[:3] == ("pkill", "-KILL", "-u") and len(call) == 4:
+            return CommandResult(0 if self.end_processes(owner=call[3]) else 1)
+        return None
 
     def tick(self, seconds: float) -> None:
         """Advance simulated load and the energy counter."""
@@ -248,6 +300,30 @@ class FakeNvml:
     def nvmlDeviceGetMigMode(self, h: Any) -> list[int]:
         g = self._dev(h, "nvmlDeviceGetMigMode")
         return [g.mig_mode, g.mig_mode]
+
+    def _processes(self, h: Any, fn: str, graphics: bool) -> list[_Process]:
+        g = self._dev(h, fn)
+        return [_Process(p.pid, p.used_bytes) for p in sorted(
+            self.processes.values(), key=lambda p: p.pid)
+            if p.gpu_index == g.index and p.graphics == graphics]  # fmt: skip
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h: Any) -> list[_Process]:
+        return self._processes(h, "nvmlDeviceGetComputeRunningProcesses", graphics=False)
+
+    def nvmlDeviceGetGraphicsRunningProcesses(self, h: Any) -> list[_Process]:
+        return self._processes(h, "nvmlDeviceGetGraphicsRunningProcesses", graphics=True)
+
+    def _reset(self, h: Any, fn: str) -> None:
+        self.resets.append((self._dev(h, fn).index, fn))
+
+    def nvmlDeviceResetGpuLockedClocks(self, h: Any) -> None:
+        self._reset(h, "nvmlDeviceResetGpuLockedClocks")
+
+    def nvmlDeviceResetMemoryLockedClocks(self, h: Any) -> None:
+        self._reset(h, "nvmlDeviceResetMemoryLockedClocks")
+
+    def nvmlDeviceResetApplicationsClocks(self, h: Any) -> None:
+        self._reset(h, "nvmlDeviceResetApplicationsClocks")
 
     def nvmlEventSetCreate(self) -> object:
         self._check_init()

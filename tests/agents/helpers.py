@@ -58,7 +58,7 @@ def make_agent(
         state_dir=tmp / "state", bootstrap_token=token, max_spooled_reports=max_spooled,
         fsync=False,
     )
-    applier = NodeApplier(ib, FakeAccess(), FakeIpoib())
+    applier = NodeApplier(ib, FakeAccess(), FakeIpoib(), wall=clock)
     agent = NodeAgent(settings, client, sampler, applier, clock=clock, wall=clock,
                       backoff=Backoff(base_s=1, cap_s=60, rng=random.Random(index)))
     return agent, api, writer

@@ -6,7 +6,6 @@ The long-poll is an async view that holds no transaction (and no connection) whi
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -19,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonR
 from django.views.decorators.csrf import csrf_exempt
 
 from portal.core.errors import ApplicationError
-from portal.fleet import protocol, selectors
+from portal.fleet import protocol, selectors, wakeup
 from portal.fleet.api.auth import agent_auth
 from portal.fleet.api.dbthread import run_db
 from portal.fleet.errors import AgentError
@@ -29,7 +28,6 @@ from portal.fleet.services.ingest import report_ingest
 log = logging.getLogger("portal.fleet.agent_api")
 HEARTBEAT_INTERVAL_S = 10
 LONG_POLL_TIMEOUT_S = 30
-POLL_STEP_S = 0.5
 MAX_BODY_BYTES = 16 * 2**20
 
 
@@ -153,12 +151,16 @@ async def desired_state(request: HttpRequest, node_id: str) -> HttpResponse:
     except ApplicationError as exc:
         return _error(exc)
     deadline = time.monotonic() + wait
-    while True:  # short autocommit reads: no transaction or thread is held while waiting
-        document = await run_db(request, selectors.desired_document, agent_id=node_id,
-                                role=role, node_pk=node_pk, after_generation=after)
-        if document is not None:
-            return JsonResponse(document)
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return HttpResponse(status=204)
-        await asyncio.sleep(min(POLL_STEP_S, remaining))
+    # Subscribed before the first read: a change committed after it wakes us (wakeup.py);
+    # each read is a short autocommit one, no transaction or thread is held while waiting.
+    async with wakeup.subscribe(wakeup.desired_key(role, node_pk)) as changes:
+        while True:
+            document = await run_db(request, selectors.desired_document, agent_id=node_id,
+                                    role=role, node_pk=node_pk, after_generation=after)
+            if document is not None:
+                return JsonResponse(document)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return HttpResponse(status=204)
+            if not await changes.wait(remaining):  # timed out, nothing changed
+                return HttpResponse(status=204)

@@ -11,7 +11,7 @@ from django.db import IntegrityError, models, transaction
 from portal.core import clock
 from portal.core.errors import ApplicationError
 from portal.core.services import audit_record
-from portal.fleet import protocol
+from portal.fleet import protocol, wakeup
 from portal.fleet.models import (
     Agent,
     FabricDesiredState,
@@ -83,6 +83,7 @@ def node_desired_set(*, node: Node, partitions: list[dict[str, Any]],
     _check(protocol.validate_desired_state(document, "node"))
     desired.generation, desired.document = generation, document
     desired.save(update_fields=["generation", "document", "updated"])
+    wakeup.notify_desired(wakeup.node_key(node.pk))  # delivered when this commits
     audit_record(actor=None, action="fleet.node_desired_set", obj=node,
                  changes={"generation": generation, "partitions": len(partitions),
                           "access_grants": len(access_grants)})
@@ -102,6 +103,7 @@ def fabric_desired_set(*, partitions: list[dict[str, Any]]) -> int:
     _check(protocol.validate_desired_state(document, "fabric"))
     desired.generation, desired.document = generation, document
     desired.save(update_fields=["generation", "document", "updated"])
+    wakeup.notify_desired(wakeup.FABRIC_KEY)  # delivered when this commits
     audit_record(actor=None, action="fleet.fabric_desired_set", obj=desired,
                  changes={"generation": generation, "partitions": len(partitions)})
     return generation

@@ -1,0 +1,527 @@
+"""Order → active and release → ended with REAL agents (issue 12).
+
+The production path, measured: PostgreSQL + a private Redis + uvicorn + 2 Celery workers
++ beat (``tests.portal.leasing.stack``, ``GPUPOOL_SIMULATED_AGENTS=0``, reconciler every
+``--reconcile-every`` s), ``--nodes`` real ``python -m agents node`` processes over HTTP,
+each on a fake sysfs tree (with the inventory's port GUIDs), a fake procfs and fake NVML
+(``h100x8``), plus the real ``python -m agents fabric`` process.
+
+The subnet manager (``--sm``, default ``auto``):
+
+- ``opensm`` (auto when ``ibsim``/``opensm``/``infiniband-diags`` are installed): a real
+  OpenSM on an ibsim fabric of one leaf and one HCA per node (the inventory adopts ibsim's
+  GUIDs); the fabric agent drives it (driver ``opensm``: ``partitions.conf`` + SIGHUP,
+  verified with ``smpquery``). When the fabric agent reports the map applied, this script
+  reads each HCA's P_Key table with ``smpquery pkeys`` and writes it into the node's sysfs,
+  as the kernel shows the HCA's table to the node agent.
+- ``fake``: the fabric agent runs driver ``fake``; once it reports a map applied, this
+  script writes each member port's P_Keys into sysfs after ``--sm-delay`` seconds.
+
+Breakdown stamps (seconds after the order): placed = the lease event to ``provisioning``;
+desired written = the audit row of the node's desired state; applied / converged report =
+the agent's own log lines (``desired state applied``, ``converged``); partition set = when
+the P_Keys reached sysfs (a partition already in place counts as set when written);
+active = ``active_at``. release → ended: the release request to the ``ended`` event.
+
+    python -m tests.bench.real_agents --nodes 8
+
+Prints order → active and release → ended p50/p90/p99 and, per lease, the breakdown
+from lease events, the audit log, this script's SM and the agents' own logs: placed,
+desired written, applied (agent), partition set (SM), converged report (agent), active.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agents.fabric.opensm import parse_smpquery_pkeys
+from agents.host import write_fake_proc
+from agents.sysfs.faketree import FakeHca, FakePort, FakeSysfsWriter
+from tests.portal.leasing.stack import PYTHON, ROOT, Stack, StackConfig
+
+
+def _pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(int(len(ordered) * p), len(ordered) - 1)]
+
+
+def _summary(values: list[float]) -> str:
+    if not values:
+        return "n=0"
+    return (f"p50 {statistics.median(values):.2f} s, p90 {_pct(values, 0.9):.2f} s, "
+            f"p99 {_pct(values, 0.99):.2f} s, max {max(values):.2f} s (n={len(values)})")
+
+
+@dataclass
+class NodeHost:
+    hostname: str
+    pk: int
+    root: Path
+    writer: FakeSysfsWriter
+    ports: dict[str, tuple[str, int]] = field(default_factory=dict)  # guid -> (device, port)
+
+
+def _manage(stack: Stack, *args: str) -> str:
+    out = subprocess.run([PYTHON, "-m", "django", *args], cwd=ROOT, env=stack.env(),
+                         capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout
+
+
+def _tokens(stack: Stack, role: str, count: int) -> list[str]:
+    return _manage(stack, "agent_token", "create", "--role", role, "--count",
+                   str(count)).split()
+
+
+def _hosts(stack: Stack, base: Path) -> list[NodeHost]:
+    rows = stack.query("""SELECT n.id, n.hostname, p.device, p.port_number, p.port_guid,
+                                 p.node_guid FROM inventory_node n
+                          JOIN inventory_hcaport p ON p.node_id = n.id
+                          ORDER BY n.hostname, p.device""")
+    hosts: dict[str, NodeHost] = {}
+    for pk, hostname, device, port, port_guid, node_guid in rows:
+        if hostname not in hosts:
+            root = base / hostname
+            hosts[hostname] = NodeHost(hostname, pk, root, FakeSysfsWriter(root / "sys"))
+            write_fake_proc(root / "proc", hostname, cpus=8, mem_gib=2)
+        host = hosts[hostname]
+        host.writer.add(FakeHca(name=device, node_guid=int(node_guid, 16),
+                                node_desc=f"{hostname} {device}",
+                                ports=[FakePort(num=port, port_guid=int(port_guid, 16))]))
+        host.ports[port_guid] = (device, port)
+    return list(hosts.values())
+
+
+def _agent_config(path: Path, url: str, token: str, root: Path, role: str,
+                  fabric: str = "") -> Path:
+    hardware = (f'sysfs_root = "{root / "sys"}"\nproc_root = "{root / "proc"}"\n')
+    if role == "node":
+        hardware += f'fake_gpus = "h100x8"\naccess_root = "{root / "access"}"\n'
+    extra = (fabric or '[fabric]\ndriver = "fake"\n') if role == "fabric" else ""
+    path.write_text(f'[portal]\nurl = "{url}"\nbootstrap_token = "{token}"\n'
+                    f'[agent]\nstate_dir = "{root / "state"}"\n'
+                    f"[hardware]\n{hardware}{extra}[metrics]\nlisten = \"\"\n"
+                    '[log]\nlevel = "INFO"\n')
+    return path
+
+
+def _start_agents(stack: Stack, hosts: list[NodeHost], base: Path, ibsim: Ibsim | None) -> None:
+    env = {**(ibsim.env if ibsim else stack.env()), "GPUPOOL_AGENT_PORTAL_TIMEOUT_S": "40"}
+    for host, token in zip(hosts, _tokens(stack, "node", len(hosts)), strict=True):
+        cfg = _agent_config(host.root / "agent.toml", stack.base_url, token, host.root, "node")
+        stack._spawn(f"agent-{host.hostname}", [PYTHON, "-m", "agents", "node", "--config",
+                                                str(cfg)], env)
+    fabric = base / "fabric"
+    FakeSysfsWriter(fabric / "sys")
+    write_fake_proc(fabric / "proc", "sm-host", cpus=2, mem_gib=1)
+    cfg = _agent_config(fabric / "fabric.toml", stack.base_url, _tokens(stack, "fabric", 1)[0],
+                        fabric, "fabric", ibsim.fabric_config() if ibsim else "")
+    argv = [PYTHON, "-m", "agents", "fabric", "--config", str(cfg)]
+    if ibsim is not None:  # its smpquery calls run under ibsim-run: keep sys-<pid>/ there
+        ibsim.spawn("agent-fabric", argv, env)
+    else:
+        stack._spawn("agent-fabric", argv, env)
+
+
+def _wait_enrolled(stack: Stack, count: int, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        rows = stack.query("SELECT count(DISTINCT agent_id) FROM fleet_agentreport")
+        if rows[0][0] >= count:
+            return
+        time.sleep(0.25)
+    raise RuntimeError(f"agents did not enrol and report\n{stack.logs(15)}")
+
+
+class SubnetManager(threading.Thread):
+    """Puts each port's P_Key table into its node's sysfs once the fabric agent has applied
+    (and, for OpenSM, verified) a partition map; records when."""
+
+    name_ = "fake SM on sysfs (fabric agent driver=fake)"
+
+    def __init__(self, stack: Stack, hosts: list[NodeHost], delay_s: float) -> None:
+        super().__init__(daemon=True, name="sm")
+        self.stack, self.delay_s, self.stop = stack, delay_s, threading.Event()
+        self.by_guid = {g: (h, dp) for h in hosts for g, dp in h.ports.items()}
+        self.programmed: dict[int, float] = {}  # fabric generation -> wall time keys written
+        self.done = 0
+
+    def run(self) -> None:
+        with self.stack.connect() as conn:
+            while not self.stop.wait(0.02):
+                row = conn.execute("""SELECT d.generation, d.document FROM
+                    fleet_fabricdesiredstate d JOIN fleet_fabricobservedstate o
+                    ON o.name = d.name WHERE o.generation_applied >= d.generation""").fetchone()
+                if row is not None and row[0] > self.done:
+                    tables = self.tables(row[1])
+                    for guid, (host, (device, port)) in self.by_guid.items():
+                        _write_table(host, device, port, tables[guid])
+                    self.programmed[row[0]] = time.time()
+                    self.done = row[0]
+
+    def tables(self, document: dict[str, Any]) -> dict[str, list[int]]:
+        """What the SM puts in each port's table for this map (after ``delay_s``)."""
+        time.sleep(self.delay_s)
+        keys: dict[str, list[int]] = {g: [0xFFFF] for g in self.by_guid}
+        for part in document.get("partitions", []):
+            key = int(part["pkey"], 16) & 0x7FFF
+            for member in part.get("members", []):
+                if member["guid"] in keys:
+                    full = member["membership"] == "full"
+                    keys[member["guid"]].append(key | 0x8000 if full else key)
+        return keys
+
+
+class OpenSmBridge(SubnetManager):
+    """A real OpenSM has programmed the (ibsim) HCAs; copy each port's table, read with
+    ``smpquery pkeys``, into the node's sysfs, as the kernel shows the HCA's table."""
+
+    name_ = "real OpenSM on ibsim (fabric agent driver=opensm), tables copied to sysfs"
+
+    def __init__(self, stack: Stack, hosts: list[NodeHost], fabric: Ibsim) -> None:
+        super().__init__(stack, hosts, 0.0)
+        self.fabric = fabric
+
+    def tables(self, document: dict[str, Any]) -> dict[str, list[int]]:
+        return {g: self.fabric.pkeys(g) for g in self.by_guid}
+
+
+def _write_table(host: NodeHost, device: str, port: int, keys: list[int]) -> None:
+    """Like an SM's SubnSet(P_KeyTable): only the entries that change (pkeys/<i>)."""
+    size = host.writer.pkey_table_size
+    new = [*keys, *([0] * (size - len(keys)))][:size]
+    fake_port = next(p for p in host.writer.hcas[device].ports if p.num == port)
+    old = [*fake_port.pkeys, *([0] * (size - len(fake_port.pkeys)))][:size]
+    table = host.root / "sys" / "class" / "infiniband" / device / "ports" / str(port) / "pkeys"
+    for i, (before, after) in enumerate(zip(old, new, strict=True)):
+        if before != after:
+            tmp = table / f".{i}.tmp"
+            tmp.write_text(f"0x{after:04x}\n")
+            tmp.replace(table / str(i))
+    fake_port.pkeys = list(keys)
+
+
+# --- a real OpenSM on an ibsim fabric ------------------------------------------------------
+IBSIM_TOOLS = ("ibsim", "ibsim-run", "opensm", "smpquery", "ibnetdiscover")
+CA_RE = re.compile(r'^Ca\s+\d+\s+"H-([0-9a-f]+)"\s+#\s+"(\S+) \S+"')
+PORT_RE = re.compile(r"^\[1\]\(([0-9a-f]+)\)")
+
+
+def ibsim_available() -> bool:
+    return all(shutil.which(t) or Path("/usr/sbin", t).exists() for t in IBSIM_TOOLS)
+
+
+class Ibsim:
+    """ibsim with one leaf switch and one HCA per host, and OpenSM on it (ibsim-run)."""
+
+    def __init__(self, stack: Stack, hostnames: list[str], work: Path) -> None:
+        self.stack, self.work = stack, work
+        self.env = {**stack.env(), "IBSIM_SOCKNAME": f"gpupool-bench-{os.getpid()}"}
+        self.conf, self.pid_file = work / "partitions.conf", work / "opensm.pid"
+        self.node_guids: dict[str, str] = {}  # hostname -> node GUID
+        self.port_guids: dict[str, str] = {}  # hostname -> port GUID
+        work.mkdir(parents=True, exist_ok=True)
+        lines = ['Switch\t36 "leaf-01"'] + [f'[{i + 1}]\t"{h} mlx5_0"[1]'
+                                             for i, h in enumerate(hostnames)]
+        for i, h in enumerate(hostnames):
+            lines += ["", f'Hca\t1 "{h} mlx5_0"', f'[1]\t"leaf-01"[{i + 1}]']
+        (work / "fabric.net").write_text("\n".join(lines) + "\n")
+
+    def start(self) -> None:
+        self.conf.write_text("Default=0x7fff,ipoib : ALL=limited, SELF=full ;\n")
+        self.spawn("ibsim", ["ibsim", "-n", "-s", str(self.work / "fabric.net")])
+        self._wait("ibsim", "ready")
+        osm = self.spawn("opensm", ["ibsim-run", "opensm", "-f", str(self.work / "osm.log"),
+                                    "-P", str(self.conf)])
+        self.pid_file.write_text(f"{osm.pid}\n")
+        self._wait("opensm", "MASTER", 60)
+        self._discover()
+
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Any:
+        """As ``Stack._spawn`` (stopped with the stack), but in the ibsim work directory:
+        umad2sim (``ibsim-run``) creates ``sys-<pid>/`` in the current directory."""
+        with open(self.stack.tmp / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(argv, cwd=self.work, env=env or self.env, stdout=log,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        self.stack._all.append(proc)
+        return proc
+
+    def _wait(self, log: str, text: str, timeout: float = 20) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.stack.log_tail(log, 200):
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"{log} not up\n{self.stack.log_tail(log)}")
+
+    def run(self, *argv: str) -> str:
+        return subprocess.run(["ibsim-run", *argv], env=self.env, cwd=self.work,
+                              capture_output=True, text=True, timeout=30, check=True).stdout
+
+    def _discover(self) -> None:
+        host = None
+        for line in self.run("ibnetdiscover").splitlines():
+            if m := CA_RE.match(line):
+                host = m.group(2)
+                self.node_guids[host] = f"0x{int(m.group(1), 16):016x}"
+            elif host and (m := PORT_RE.match(line)):
+                self.port_guids[host] = f"0x{int(m.group(1), 16):016x}"
+                host = None
+
+    def pkeys(self, guid: str) -> list[int]:
+        return parse_smpquery_pkeys(self.run("smpquery", "-G", "pkeys", guid))
+
+    def adopt_guids(self) -> None:
+        """Make the inventory's ports the ibsim HCAs' (before the agents report)."""
+        with self.stack.connect() as conn:
+            for host, guid in self.port_guids.items():
+                conn.execute("""UPDATE inventory_hcaport SET port_guid = %s, node_guid = %s
+                                WHERE device = 'mlx5_0' AND node_id =
+                                (SELECT id FROM inventory_node WHERE hostname = %s)""",
+                             [guid, self.node_guids[host], host])
+
+    def fabric_config(self) -> str:
+        return (f'[fabric]\ndriver = "opensm"\npartitions_conf = "{self.conf}"\n'
+                f'opensm_pid_file = "{self.pid_file}"\ndiag_prefix = "ibsim-run"\n'
+                'default_membership = "limited"\n')
+
+
+def _agent_events(stack: Stack, hosts: list[NodeHost]) -> dict[tuple[int, str, int], float]:
+    """(node pk, message, generation) -> first wall time, from the agents' JSON logs."""
+    out: dict[tuple[int, str, int], float] = {}
+    for host in hosts:
+        path = stack.tmp / f"agent-{host.hostname}.log"
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("msg") in ("desired state applied", "converged") and "generation" in rec:
+                ts = datetime.fromisoformat(rec["ts"].replace("Z", "+00:00")).timestamp()
+                out.setdefault((host.pk, rec["msg"], int(rec["generation"])), ts)
+    return out
+
+
+def _order(stack: Stack, tenant: str, gpus: int) -> str:
+    with stack.client() as c:
+        r = c.post("/api/v1/orders", json={"gpu_count": gpus, "duration_hours": "1",
+                                           "name": "bench"},
+                   headers={**stack.auth(tenant), "Idempotency-Key": str(uuid.uuid4())})
+    r.raise_for_status()
+    return str(r.json()["id"])
+
+
+def _release(stack: Stack, tenant: str, lease_id: str) -> float:
+    t0 = time.time()
+    with stack.client() as c:
+        c.post(f"/api/v1/leases/{lease_id}/release", json={"reason": "bench"},
+               headers=stack.auth(tenant)).raise_for_status()
+    return t0
+
+
+def _lease_rows(stack: Stack, ids: list[str]) -> dict[str, dict[str, Any]]:
+    rows = stack.query("""SELECT l.id::text, EXTRACT(EPOCH FROM l.created),
+            EXTRACT(EPOCH FROM l.active_at),
+            (SELECT EXTRACT(EPOCH FROM min(e.created)) FROM leasing_leaseevent e
+              WHERE e.lease_id = l.id AND e.to_state = 'provisioning'),
+            (SELECT EXTRACT(EPOCH FROM min(e.created)) FROM leasing_leaseevent e
+              WHERE e.lease_id = l.id AND e.to_state = 'ended'),
+            (SELECT EXTRACT(EPOCH FROM min(e.created)) FROM leasing_leaseevent e
+              WHERE e.lease_id = l.id AND e.to_state = 'releasing'),
+            ARRAY(SELECT DISTINCT g.node_id FROM leasing_allocation a
+                  JOIN inventory_gpu g ON g.id = a.gpu_id WHERE a.lease_id = l.id)
+            FROM leasing_lease l WHERE l.id::text = ANY(%s)""", [ids])
+
+    def f(v: Any) -> float | None:
+        return float(v) if v is not None else None
+
+    return {r[0]: {"created": float(r[1]), "active": f(r[2]), "placed": f(r[3]),
+                   "ended": f(r[4]), "releasing": f(r[5]), "nodes": list(r[6])} for r in rows}
+
+
+def _desired_writes(stack: Stack) -> list[tuple[str, int, float]]:
+    """(object id, generation, wall time) of every node/fabric desired-state write."""
+    rows = stack.query("""SELECT CASE WHEN action = 'fleet.fabric_desired_set' THEN 'fabric'
+                                 ELSE object_id END, (changes->>'generation')::int,
+                                 EXTRACT(EPOCH FROM created) FROM core_auditlog
+                          WHERE action IN ('fleet.node_desired_set', 'fleet.fabric_desired_set')
+                          ORDER BY created""")
+    return [(str(r[0]), int(r[1]), float(r[2])) for r in rows]
+
+
+def _first_write(writes: list[tuple[str, int, float]], obj: str,
+                 after: float) -> tuple[int, float] | None:
+    return next(((g, t) for o, g, t in writes if o == obj and t >= after), None)
+
+
+def _first_agent(agent: dict[tuple[int, str, int], float], pk: int, msg: str,
+                 generation: int) -> float:
+    return min((t for (p, m, g), t in agent.items() if p == pk and m == msg and g >= generation),
+               default=0.0)
+
+
+def _stamps(start: tuple[str, float], end: tuple[str, float | None], node_pks: list[int],
+            writes: list[tuple[str, int, float]], agent: dict[tuple[int, str, int], float],
+            sm: SubnetManager) -> dict[str, float]:
+    """One lease's way from ``start`` (placed / releasing event) to ``end`` (active / ended)
+    through the node and fabric desired state, the agents and the SM."""
+    nodes = [(pk, w) for pk in node_pks
+             if (w := _first_write(writes, str(pk), start[1] - 0.001)) is not None]
+    if not nodes or end[1] is None:
+        return {}
+    written = max(t for _, (_, t) in nodes)
+    # the fabric map in force for this lease: the last one written with its node state
+    # (same transaction); a partition already in place counts as set when written
+    fabric = max((g for o, g, t in writes if o == "fabric" and t <= written + 0.05), default=0)
+    programmed = min((t for g, t in sm.programmed.items() if g >= fabric), default=0.0)
+    return {
+        start[0]: start[1],
+        "desired written": written,
+        "applied (agent)": max(_first_agent(agent, pk, "desired state applied", g)
+                               for pk, (g, _) in nodes),
+        "partition set (SM)": max(programmed, written) if programmed else 0.0,
+        "converged report (agent)": max(_first_agent(agent, pk, "converged", g)
+                                        for pk, (g, _) in nodes),
+        end[0]: end[1],
+    }
+
+
+def _breakdown(stack: Stack, hosts: list[NodeHost], sm: SubnetManager,
+               leases: dict[str, dict[str, Any]], released: dict[str, float],
+               verbose: bool) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Per step, seconds after the order (provisioning) and after the release request."""
+    agent, writes = _agent_events(stack, hosts), _desired_writes(stack)
+    up: dict[str, list[float]] = {}
+    down: dict[str, list[float]] = {}
+    for lease_id, lease in leases.items():
+        timelines = [(up, lease["created"], _stamps(("placed", lease["placed"] or 0.0),
+                                                    ("active", lease["active"]),
+                                                    lease["nodes"], writes, agent, sm))]
+        if lease_id in released and lease["releasing"]:
+            timelines.append((down, released[lease_id], _stamps(
+                ("releasing", lease["releasing"]), ("ended", lease["ended"]),
+                lease["nodes"], writes, agent, sm)))
+        for steps, t0, stamps in timelines:
+            if verbose:
+                print(f"  lease {lease_id[:8]} nodes {lease['nodes']}: " + ", ".join(
+                    f"{k} {v - t0:.2f}" for k, v in stamps.items()))
+            for step, ts in stamps.items():
+                steps.setdefault(step, [])
+                if ts:
+                    steps[step].append(ts - t0)
+    return up, down
+
+
+def _print_steps(title: str, steps: dict[str, list[float]]) -> None:
+    print(f"{title} (p50 / p90 / max):")
+    for step, values in steps.items():
+        if values:
+            print(f"  → {step:26s} {statistics.median(values):6.2f} / "
+                  f"{_pct(values, 0.9):6.2f} / {max(values):6.2f}")
+
+
+def _run(stack: Stack, o: argparse.Namespace) -> int:
+    base = stack.tmp / "hosts"
+    ibsim = None
+    if o.sm == "opensm" or (o.sm == "auto" and ibsim_available()):
+        names = [r[0] for r in stack.query("SELECT hostname FROM inventory_node ORDER BY 1")]
+        ibsim = Ibsim(stack, names, stack.tmp / "ibsim")
+        ibsim.start()
+        ibsim.adopt_guids()
+    hosts = _hosts(stack, base)
+    _start_agents(stack, hosts, base, ibsim)
+    _wait_enrolled(stack, len(hosts) + 1)
+    sm = OpenSmBridge(stack, hosts, ibsim) if ibsim else SubnetManager(stack, hosts, o.sm_delay)
+    sm.start()
+    print(f"{len(hosts)} node agents + fabric agent enrolled and reporting", flush=True)
+    rng, tenants = random.Random(12), sorted(stack.keys)
+    ids: list[tuple[str, str]] = []
+    for i in range(o.orders):
+        tenant = tenants[i % len(tenants)]
+        ids.append((tenant, _order(stack, tenant, rng.choice([1, 2, 4, 8]))))
+        time.sleep(o.interval)
+    lease_ids = [lid for _, lid in ids]
+    states = stack.wait_settled(lease_ids, timeout=o.timeout, ok=("active",))
+    released: dict[str, float] = {}
+    for tenant, lid in ids:
+        if states.get(lid) == "active":
+            released[lid] = _release(stack, tenant, lid)
+    stack.wait_settled(list(released), timeout=o.timeout, ok=("ended",))
+    sm.stop.set()
+    leases = _lease_rows(stack, lease_ids)
+    to_active = [r["active"] - r["created"] for r in leases.values() if r["active"]]
+    to_ended = [leases[lid]["ended"] - t for lid, t in released.items() if leases[lid]["ended"]]
+    print(f"orders: {o.orders}, active: {len(to_active)}, released: {len(released)}, "
+          f"ended: {len(to_ended)}; reconciler every {o.reconcile_every:g} s; {sm.name_}"
+          + (f", SM delay {o.sm_delay:g} s" if not isinstance(sm, OpenSmBridge) else ""))
+    print(f"order → active:  {_summary(to_active)}")
+    print(f"release → ended: {_summary(to_ended)}")
+    up, down = _breakdown(stack, hosts, sm, leases, released, o.verbose)
+    _print_steps("breakdown, seconds after the order", up)
+    _print_steps("release, seconds after the request", down)
+    idle = _idle_commits(stack, o.idle_seconds)
+    print(f"idle ({len(hosts)} node agents + fabric, no orders, {o.idle_seconds:g} s): "
+          f"{idle:.1f} database commits/s")
+    return 0 if len(to_active) == o.orders and len(to_ended) == len(released) else 1
+
+
+def _idle_commits(stack: Stack, seconds: float) -> float:
+    sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = %s"
+    time.sleep(5)  # let the last releases' reports and tasks drain
+    with stack.connect() as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        before = conn.execute(sql, [stack.db_name]).fetchone()[0]
+        time.sleep(seconds)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        after = conn.execute(sql, [stack.db_name]).fetchone()[0]
+    return float(after - before - 2) / seconds  # our own two statements
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description="order → active with real agent processes")
+    p.add_argument("--nodes", type=int, default=8)
+    p.add_argument("--orders", type=int, default=12)
+    p.add_argument("--interval", type=float, default=1.5, help="seconds between orders")
+    p.add_argument("--sm", choices=("auto", "opensm", "fake"), default="auto",
+                   help="auto: a real OpenSM on ibsim if installed, else the fake SM")
+    p.add_argument("--sm-delay", type=float, default=0.25, help="fake SM only")
+    p.add_argument("--reconcile-every", type=float, default=5.0)
+    p.add_argument("--idle-seconds", type=float, default=20.0)
+    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--verbose", action="store_true", help="print every lease's timeline")
+    o = p.parse_args(argv)
+    config = StackConfig(nodes=o.nodes, gpus_per_node=8, nodes_per_leaf=16, tenants=0,
+                         big_tenants=2, workers=2, web_workers=1,
+                         reconcile_every_s=o.reconcile_every,
+                         env={"GPUPOOL_SIMULATED_AGENTS": "0"})
+    began = time.perf_counter()
+    with Stack(config) as stack:
+        print(f"stack up in {time.perf_counter() - began:.1f} s ({stack.base_url})", flush=True)
+        try:
+            return _run(stack, o)
+        except (RuntimeError, httpx.HTTPError) as exc:
+            print(f"bench failed: {exc}\n{stack.logs(20)}")
+            return 1
+        finally:
+            print(f"total {time.perf_counter() - began:.0f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
