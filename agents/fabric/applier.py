@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agents.fabric.base import FabricManager, PartitionMap, drift
+from agents.fabric.base import FabricManager, PartitionMap, drift, member_guids
 
 log = logging.getLogger("agents.fabric")
 
@@ -37,6 +37,9 @@ class FabricApplier:
         self.errors = []
         try:
             pmap = PartitionMap.from_wire(desired)
+            # members the fabric holds under our management, read from the fabric (not
+            # remembered): after a restart the stale ones are removed and verified too
+            self._guids |= member_guids(self.manager.managed())
             self.manager.apply(pmap)
         except Exception as exc:  # the report carries it; the loop continues
             log.error("partition apply failed", extra={"error": str(exc)})
