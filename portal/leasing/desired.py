@@ -7,6 +7,7 @@ from typing import Any
 
 from portal.fleet import services as fleet
 from portal.fleet.models import FabricDesiredState, NodeDesiredState
+from portal.inventory import selectors as inventory
 from portal.inventory.models import HcaPort, Node
 from portal.leasing.models import Allocation, Lease, LeaseState
 from portal.tenants.models import Membership, SshPublicKey, Tenant
@@ -73,20 +74,28 @@ def push_node(node: Node) -> int:
 
 
 def push_fabric() -> int:
-    """The partition map: each tenant with granting leases ↔ the HCA ports of their nodes."""
+    """The partition map: each tenant with granting leases ↔ the HCA ports of their nodes
+    (full; index 0 where the tenant holds the port's earliest lease) plus the storage ports
+    of those nodes' fabrics (limited)."""
     _lock_row(FabricDesiredState, name="default")
     members: dict[int, set[str]] = defaultdict(set)
-    for tenant_id, guid in (Allocation.objects.filter(live=True, lease__state__in=GRANTING)
-                            .values_list("lease__tenant_id", "node__hca_ports__port_guid")
-                            .distinct()):
+    fabrics: dict[int, set[int | None]] = defaultdict(set)
+    rows = []
+    for tenant_id, guid, fabric_id, start_at in (
+            Allocation.objects.filter(live=True, lease__state__in=GRANTING)
+            .values_list("lease__tenant_id", "node__hca_ports__port_guid",
+                         "node__hca_ports__fabric_id", "lease__start_at").distinct()):
         if guid:
             members[tenant_id].add(guid)
+            fabrics[tenant_id].add(fabric_id)
+            rows.append((tenant_id, guid, start_at))
+    owners = fleet.index0_owners(rows)
     partitions = []
     for tenant in Tenant.objects.filter(pk__in=members).order_by("slug"):
-        entry = _partition_entry(tenant, [])
-        partitions.append({"name": entry["name"], "pkey": entry["pkey"], "ipoib": True,
-                           "members": [{"guid": g, "membership": "full"}
-                                       for g in sorted(members[tenant.pk])]})
+        partitions.append(fleet.partition_map_entry(
+            tenant=tenant, name=_partition_entry(tenant, [])["name"], full=members[tenant.pk],
+            index0={g for g in members[tenant.pk] if owners.get(g) == tenant.pk},
+            storage=inventory.storage_guids(fabric_ids=fabrics[tenant.pk])))
     return fleet.fabric_desired_set(partitions=partitions)
 
 
