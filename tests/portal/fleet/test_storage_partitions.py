@@ -17,7 +17,7 @@ from portal.leasing.models import Allocation, Lease
 from portal.tenants.models import Role
 from tests.portal import driving
 from tests.portal.driving import drive
-from tests.portal.factories import add_member, make_user
+from tests.portal.factories import add_member, client_for, make_user
 
 frozen_clock = driving.frozen_clock
 run_on_commit = driving.run_on_commit
@@ -114,4 +114,37 @@ def test_a_gpu_nodes_port_cannot_be_storage(pool: dict[str, Any]) -> None:
         storage_endpoint_add(actor=pool["staff"], fabric=pool["fabric"],
                              port_guid=gpu_port.port_guid)
     assert "GPU node" in exc.value.fields["port_guid"][0]
+    assert not StorageEndpoint.objects.exists()
+
+
+API = "/api/v1/storage-endpoints"
+
+
+def test_storage_endpoints_api_round_trip(pool: dict[str, Any]) -> None:
+    client = client_for(pool["staff"])
+    made = client.post(API, {"fabric": pool["fabric"].name, "node_name": "storage-01"},
+                       format="json")
+    assert made.status_code == 201, made.content
+    assert [(r["port_guid"], r["name"], r["fabric"]) for r in made.json()] == [
+        (STORAGE, "storage-01", pool["fabric"].name)]
+    listed = client.get(API, {"fabric": pool["fabric"].name}).json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert [r["port_guid"] for r in rows] == [STORAGE]
+    assert client.delete(f"{API}/{made.json()[0]['id']}").status_code == 204
+    assert not StorageEndpoint.objects.exists()
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"fabric": "nope", "port_guid": STORAGE}, "fabric"),
+    ({"fabric": "fabric-1", "port_guid": "0xzz"}, "port_guid"),
+    ({"fabric": "fabric-1", "port_guid": "1" * 30}, "port_guid"),
+    ({"fabric": "fabric-1", "node_name": "storage-99"}, "node_name"),
+    ({"fabric": "fabric-1"}, "port_guid"),
+    ({"fabric": ["x"], "node_name": {"a": 1}}, "fabric"),
+])
+def test_storage_endpoints_api_bad_input_is_a_400_naming_the_field(
+        pool: dict[str, Any], body: dict[str, Any], field: str) -> None:
+    resp = client_for(pool["staff"]).post(API, body, format="json")
+    assert resp.status_code == 400, resp.content
+    assert field in resp.json()["fields"]
     assert not StorageEndpoint.objects.exists()
