@@ -123,11 +123,12 @@ def partition_map_entry(*, tenant: Tenant, name: str, full: set[str], index0: se
     return {"name": name, "pkey": f"0x{partition.pkey:04x}", "ipoib": True, "members": members}
 
 
-def index0_owners(rows: list[tuple[int, str, Any]]) -> dict[str, int]:
+def index0_owners(rows: list[tuple[Any, str, Any]]) -> dict[str, Any]:
     """Port GUID -> the tenant whose key goes to index 0 of that port: the tenant of the
-    earliest-starting live lease on it (a port shared by two tenants has one index 0)."""
-    owners: dict[str, tuple[Any, int]] = {}
-    for tenant_id, guid, start_at in rows:
-        if guid not in owners or (start_at, tenant_id) < owners[guid]:
-            owners[guid] = (start_at, tenant_id)
+    first live lease on it (rows: tenant id, GUID, an order key such as (start, created,
+    lease id)); a port shared by two tenants has one index 0."""
+    owners: dict[str, tuple[Any, Any]] = {}
+    for tenant_id, guid, order in rows:
+        if guid not in owners or order < owners[guid][0]:
+            owners[guid] = (order, tenant_id)
     return {guid: tenant_id for guid, (_, tenant_id) in owners.items()}
