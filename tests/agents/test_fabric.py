@@ -321,3 +321,18 @@ def test_ufm_tenant_pkey_at_index_0() -> None:
     calls = len(ufm.calls)
     FabricApplier(_ufm(ufm), verify_timeout_s=0).apply(storage_map(2))  # nothing to change
     assert [p for p, _ in ufm.calls[calls:] if p != "/ufmRest/resources/pkeys/"] == []
+
+
+def test_opensm_takes_over_a_file_an_older_agent_wrote_whole(tmp_path: Path) -> None:
+    conf = tmp_path / "partitions.conf"
+    conf.write_text("# Managed by the gpupool fabric agent: every change here is overwritten.\n"
+                    "# generation 3\nDefault=0x7fff,ipoib : ALL=limited, SELF=full ;\n"
+                    f"tenant_a=0x0101,ipoib : {A1}=full ;\n")
+    mgr = OpenSmManager(conf, pid=4242, run=lambda argv: "")
+    assert mgr.managed() == {0x0101: {A1: "full"}}  # the old members are known as ours
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "kill", lambda pid, sig: None)
+        mgr.apply(PartitionMap.from_wire({"generation": 4, "partitions": []}))
+    text = conf.read_text()
+    assert text.startswith(BEGIN) and "Managed by" not in text and "tenant_a" not in text
+    assert text.count("Default=") == 1
