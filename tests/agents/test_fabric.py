@@ -336,3 +336,18 @@ def test_opensm_takes_over_a_file_an_older_agent_wrote_whole(tmp_path: Path) -> 
     text = conf.read_text()
     assert text.startswith(BEGIN) and "Managed by" not in text and "tenant_a" not in text
     assert text.count("Default=") == 1
+
+
+def test_operator_keys_on_tenant_ports_are_not_drift(tmp_path: Path) -> None:
+    """With operator lines kept outside the block, a tenant port may also hold an operator
+    key (a management partition): that is not the agent's drift to report."""
+    conf = tmp_path / "partitions.conf"
+    conf.write_text("mgmt=0x0050 : ALL_CAS=full ;\n")
+    tables = {A1: "   0: 0x8101 0x7fff 0x8050\n", A2: "   0: 0x8101 0x7fff 0x8050\n",
+              S1: "   0: 0x7fff 0x0101 0x8050\n"}
+    applier = FabricApplier(OpenSmManager(conf, pid=4242, run=lambda argv: tables[argv[-1]]),
+                            verify_timeout_s=0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "kill", lambda pid, sig: None)
+        applier.apply({"generation": 1, "partitions": [storage_map()["partitions"][0]]})  # type: ignore[index]
+    assert applier.observed()["drift"] == []
