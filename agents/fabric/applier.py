@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agents.fabric.base import FabricManager, PartitionMap, drift, member_guids
+from agents.fabric.base import FabricManager, PartitionMap, drift, index0_drift, member_guids
 
 log = logging.getLogger("agents.fabric")
 
@@ -63,6 +63,9 @@ class FabricApplier:
                 # keys an operator manages outside the project's block/range are theirs
                 ours = {k: v for k, v in actual.items() if k in self._keys}
                 self.drift = drift(self.pmap.expected(), ours, self._guids)
+                want0 = self.pmap.index0()
+                if want0 and not self.drift:
+                    self.drift = index0_drift(want0, self.manager.read_index0(set(want0)))
             except Exception as exc:
                 self.drift = [{"pkey": "*", "guid": "*", "expected": "readable",
                                "actual": f"{type(exc).__name__}: {exc}"}]  # fmt: skip

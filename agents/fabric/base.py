@@ -80,6 +80,22 @@ class FabricManager(Protocol):
         """Actual membership per 15-bit key for these port GUIDs (Default excluded)."""
         ...
 
+    def read_index0(self, guids: set[str]) -> dict[str, int]:
+        """The 15-bit key at P_Key index 0 of each of these ports, where known."""
+        ...
+
+
+def index0_drift(expected: dict[str, int], actual: dict[str, int]) -> list[dict[str, str]]:
+    """Ports whose index 0 does not hold the key they asked for there (an SM without
+    ``indx0`` support ignores the flag: NCCL would then use the limited default key)."""
+    out = []
+    for guid, key in sorted(expected.items()):
+        have = actual.get(guid)
+        if have != key:
+            out.append({"pkey": f"0x{key:04x}", "guid": guid, "expected": "index0",
+                        "actual": "unknown" if have is None else f"index0 0x{have:04x}"})
+    return out
+
 
 def drift(expected: dict[int, Membership], actual: dict[int, Membership],
           guids: set[str]) -> list[dict[str, str]]:  # fmt: skip
@@ -113,3 +129,7 @@ class FakeFabric:
 
     def read_back(self, guids: set[str]) -> dict[int, Membership]:
         return {k: {g: m for g, m in v.items() if g in guids} for k, v in self.state.items()}
+
+    def read_index0(self, guids: set[str]) -> dict[str, int]:
+        last = self.applied[-1].index0() if self.applied else {}
+        return {g: k for g, k in last.items() if g in guids}

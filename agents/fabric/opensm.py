@@ -127,6 +127,7 @@ class OpenSmManager:
         self.diag_prefix = list(diag_prefix)  # e.g. ["ibsim-run"] on a simulated fabric
         self.default_membership = default_membership
         self.run = run or _run
+        self._tables: dict[str, list[int]] = {}  # the last read-back, for read_index0
 
     def pid(self) -> int | None:
         if callable(self._pid):
@@ -167,13 +168,23 @@ class OpenSmManager:
 
     def read_back(self, guids: set[str]) -> dict[int, Membership]:
         actual: dict[int, Membership] = {}
-        for guid in sorted(guids):
-            for key in self.table(guid):
+        self._tables = {guid: self.table(guid) for guid in sorted(guids)}
+        for guid, table in self._tables.items():
+            for key in table:
                 if key & 0x7FFF in (0, 0x7FFF):
                     continue
                 membership = "full" if key & 0x8000 else "limited"
                 actual.setdefault(key & 0x7FFF, {})[guid] = membership
         return actual
+
+    def read_index0(self, guids: set[str]) -> dict[str, int]:
+        """From the tables of the last read-back (taken just before), else queried."""
+        out = {}
+        for guid in sorted(guids):
+            table = self._tables.get(guid) or self.table(guid)
+            if table:
+                out[guid] = table[0] & 0x7FFF
+        return out
 
 
 def _run(argv: list[str]) -> str:

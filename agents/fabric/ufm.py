@@ -99,6 +99,18 @@ class UfmManager:
         return {k: {g: m for g, m in v.items() if g in guids}
                 for k, v in parse_pkeys(self._listing()).items() if k != 0x7FFF}  # fmt: skip
 
+    def read_index0(self, guids: set[str]) -> dict[str, int]:
+        return _index0_of(self._listing(), guids)
+
+
+def _index0_of(listing: dict[str, Any], guids: set[str]) -> dict[str, int]:
+    """UFM's view: the key each port holds with ``index0`` set (UFM places it at 0)."""
+    out: dict[str, int] = {}
+    for guid, keys in parse_index0(listing).items():
+        if guid in guids and len(keys) == 1:
+            out[guid] = next(iter(keys))
+    return out
+
 
 def _entries(body: Any) -> list[tuple[int, dict[str, Any]]]:
     out: list[tuple[int, dict[str, Any]]] = []

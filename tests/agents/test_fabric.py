@@ -351,3 +351,19 @@ def test_operator_keys_on_tenant_ports_are_not_drift(tmp_path: Path) -> None:
         mp.setattr(os, "kill", lambda pid, sig: None)
         applier.apply({"generation": 1, "partitions": [storage_map()["partitions"][0]]})  # type: ignore[index]
     assert applier.observed()["drift"] == []
+
+
+def test_key_not_at_index_0_is_reported_as_drift(tmp_path: Path) -> None:
+    """Finding 11.5 made visible: an SM that ignores ``indx0`` (older OpenSM) leaves the
+    limited default key at index 0 (``0x7fff 0x8101``, as in the finding); the fabric agent
+    reports it instead of calling the partition in sync."""
+    tables = {A1: "   0: 0x7fff 0x8101\n", A2: "   0: 0x8101 0x7fff\n", S1: "   0: 0x7fff 0x0101\n"}
+    applier = FabricApplier(OpenSmManager(tmp_path / "p.conf", pid=4242,
+                                          run=lambda argv: tables[argv[-1]]), verify_timeout_s=0)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "kill", lambda pid, sig: None)
+        applier.apply({"generation": 1, "partitions": [storage_map()["partitions"][0]]})  # type: ignore[index]
+    assert applier.observed()["drift"] == [
+        {"pkey": "0x0101", "guid": A1, "expected": "index0", "actual": "index0 0x7fff"}]
+    tables[A1] = "   0: 0x8101 0x7fff\n"
+    assert applier.verify() == []
