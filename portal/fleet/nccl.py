@@ -7,9 +7,13 @@ page, the API's connection details and the lease account's environment on each n
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 DEFAULT_IPOIB_PARENT = "ib0"
+# what a verbs device or an interface name looks like; anything else (a typo in an
+# imported description) is left out rather than written into a shell environment
+_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
 
 def pkey_index(reported: Any, full_key: int, asked_index0: bool) -> int | None:
@@ -31,8 +35,9 @@ def ipoib_interface(children: Any, full_key: int) -> str:
     """The node's IPoIB child for the key as its agent reported it, else the agent's
     naming convention on the default parent (``ib0.8101``)."""
     for child in children if isinstance(children, list) else []:
-        if isinstance(child, dict) and str(child.get("pkey", "")).lower() == f"0x{full_key:04x}":
-            return str(child.get("name", ""))
+        if isinstance(child, dict) and str(child.get("pkey", "")).lower() == f"0x{full_key:04x}" \
+                and _NAME.match(str(child.get("name", ""))):
+            return str(child["name"])
     return f"{DEFAULT_IPOIB_PARENT}.{full_key:04x}"
 
 
@@ -45,7 +50,8 @@ def nccl_details(ports: list[dict[str, Any]], *, pkey: int, tenant_id: int) -> d
     out = [{"hca": f"{p['device']}:{p['port_number']}", "port_guid": p["port_guid"],
             "pkey_index": pkey_index(p.get("reported"), full_key,
                                      p.get("index0_owner") == tenant_id)}
-           for p in sorted(ports, key=lambda p: (p["device"], p["port_number"])) if p["device"]]
+           for p in sorted(ports, key=lambda p: (p["device"], p["port_number"]))
+           if _NAME.match(p["device"] or "")]
     interface = ipoib_interface(ports[0].get("ipoib_children") if ports else None, full_key)
     hcas = ",".join(p["hca"] for p in out)
     env = {"NCCL_IB_HCA": f"={hcas}", "UCX_NET_DEVICES": hcas,

@@ -96,3 +96,18 @@ def test_nccl_ib_pkey_is_given_where_the_key_is_not_at_index_0(pool: dict[str, A
     assert env_b["NCCL_IB_PKEY"] == "2" and env_b["GPUPOOL_IPOIB_IF"] == "ib1.b"
     env_a = _connection(pool, "alice", first)["nodes"][0]["nccl"]["environment"]
     assert "NCCL_IB_PKEY" not in env_a
+
+
+def test_odd_device_names_never_reach_the_lease_environment() -> None:
+    """An imported description with odd characters must not break provisioning (the wire
+    refuses unsafe environment values) nor land in a shell environment."""
+    from portal.fleet.nccl import nccl_details
+
+    ports = [{"device": "mlx5_0", "port_number": 1, "port_guid": "0x1", "reported": None,
+              "ipoib_children": [{"pkey": "0x8101", "name": "ib0;rm"}], "index0_owner": 7},
+             {"device": "mlx5 $(x)", "port_number": 1, "port_guid": "0x2", "reported": None,
+              "ipoib_children": None, "index0_owner": 7}]
+    out = nccl_details(ports, pkey=0x0101, tenant_id=7)
+    assert out["environment"]["NCCL_IB_HCA"] == "=mlx5_0:1"
+    assert out["ipoib_interface"] == "ib0.8101"
+    assert [p["hca"] for p in out["ports"]] == ["mlx5_0:1"]
