@@ -150,8 +150,11 @@ def cmd_fabric(args: argparse.Namespace) -> int:
                                 diag_prefix=f["diag_prefix"].split(),
                                 default_membership=f["default_membership"])  # fmt: skip
     elif f["driver"] == "ufm":
+        lo, _, hi = f["pkey_range"].partition("-")
         manager = UfmManager(f["ufm_url"], f["ufm_username"], f["ufm_password"],
-                             verify=f["ufm_ca_file"] or True)  # fmt: skip
+                             verify=f["ufm_ca_file"] or True,
+                             managed_range=(int(lo, 16), int(hi, 16)),
+                             managed_prefix=f["ufm_managed_prefix"])  # fmt: skip
     elif f["driver"] == "fake":
         manager = FakeFabric()
     else:

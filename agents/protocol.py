@@ -301,6 +301,7 @@ def _partition(v: _V, part: Any, pp: str, role: str) -> None:
             ms = v.req(mo, "membership", str, f"{pp}.members[{i}]")
             if ms is not None and ms not in MEMBERSHIPS:
                 v.add(f"{pp}.members[{i}].membership", "must be full or limited")
+            v.req(mo, "index0", bool, f"{pp}.members[{i}]", optional=True)
     else:
         ms = v.req(p, "membership", str, pp)
         if ms is not None and ms not in MEMBERSHIPS:
@@ -308,6 +309,11 @@ def _partition(v: _V, part: Any, pp: str, role: str) -> None:
         for i, guid in enumerate(v.lst(p.get("port_guids"), f"{pp}.port_guids")):
             if not isinstance(guid, str) or not _GUID_RE.match(guid):
                 v.add(f"{pp}.port_guids[{i}]", "must be 0x + 16 lowercase hex digits")
+
+
+# a lease account's extra environment (NCCL/UCX): names and shell-safe values only
+ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
+ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:/=+-]{0,256}$")
 
 
 def _grant(v: _V, grant: Any, gp: str) -> None:
@@ -327,6 +333,11 @@ def _grant(v: _V, grant: Any, gp: str) -> None:
     not_after = v.req(g, "not_after", str, gp, optional=True)
     if not_after is not None and not _utc_timestamp(not_after):
         v.add(f"{gp}.not_after", "must be an ISO-8601 UTC timestamp")
+    env = v.req(g, "environment", dict, gp, optional=True)
+    for name, value in (env or {}).items():
+        if not ENV_NAME_RE.match(name) or not isinstance(value, str) \
+                or not ENV_VALUE_RE.match(value):
+            v.add(f"{gp}.environment.{name}", "must be NAME=value, value [A-Za-z0-9_.,:/=+-]*")
 
 
 def _utc_timestamp(value: str) -> bool:

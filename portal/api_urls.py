@@ -21,6 +21,8 @@ router.register("nodes", inventory.NodeViewSet, basename="node")
 router.register("gpus", inventory.GpuViewSet, basename="gpu")
 router.register("switches", inventory.SwitchViewSet, basename="switch")
 router.register("fabrics", inventory.FabricViewSet, basename="fabric")
+router.register("storage-endpoints", inventory.StorageEndpointViewSet,
+                basename="storage-endpoint")
 router.register("audit-log", AuditLogViewSet, basename="auditlog")
 router.register("leases", leasing.LeaseViewSet, basename="lease")
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from agents.fabric.base import FabricManager, PartitionMap, drift
+from agents.fabric.base import FabricManager, PartitionMap, drift, index0_drift, member_guids
 
 log = logging.getLogger("agents.fabric")
 
@@ -24,6 +24,7 @@ class FabricApplier:
         self.errors: list[dict[str, str]] = []
         self.drift: list[dict[str, str]] = []
         self._guids: set[str] = set()
+        self._keys: set[int] = set()  # keys that were or are ours: the only ones verified
 
     def apply(self, desired: dict[str, Any]) -> None:
         with self._lock:  # long-poll thread applies while the loop reports
@@ -37,6 +38,11 @@ class FabricApplier:
         self.errors = []
         try:
             pmap = PartitionMap.from_wire(desired)
+            # members the fabric holds under our management, read from the fabric (not
+            # remembered): after a restart the stale ones are removed and verified too
+            managed = self.manager.managed()
+            self._guids |= member_guids(managed)
+            self._keys |= set(managed)
             self.manager.apply(pmap)
         except Exception as exc:  # the report carries it; the loop continues
             log.error("partition apply failed", extra={"error": str(exc)})
@@ -44,6 +50,7 @@ class FabricApplier:
             return
         # GUIDs that were or are members: removal must be verified too
         self._guids |= {g for p in pmap.partitions for g, _ in p.members}
+        self._keys |= {p.pkey for p in pmap.partitions}
         self.pmap = pmap
         self.verify()
         self.generation_applied = generation
@@ -53,7 +60,12 @@ class FabricApplier:
         while True:
             try:
                 actual = self.manager.read_back(self._guids)
-                self.drift = drift(self.pmap.expected(), actual, self._guids)
+                # keys an operator manages outside the project's block/range are theirs
+                ours = {k: v for k, v in actual.items() if k in self._keys}
+                self.drift = drift(self.pmap.expected(), ours, self._guids)
+                want0 = self.pmap.index0()
+                if want0 and not self.drift:
+                    self.drift = index0_drift(want0, self.manager.read_index0(set(want0)))
             except Exception as exc:
                 self.drift = [{"pkey": "*", "guid": "*", "expected": "readable",
                                "actual": f"{type(exc).__name__}: {exc}"}]  # fmt: skip

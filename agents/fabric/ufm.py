@@ -1,4 +1,10 @@
-"""NVIDIA UFM driver (REST, basic auth over HTTPS; see reference/infiniband.md)."""
+"""NVIDIA UFM driver (REST, basic auth over HTTPS; see reference/infiniband.md).
+
+What the driver manages is derived from UFM's own P_Key list on every apply, never kept in
+memory: a key is ours when it lies in the project's key range and its UFM name is ours
+(the ``managed_prefix`` the portal gives partition names, or UFM's default
+``api_pkey_0x…`` for a key created over REST). Keys an operator made and named by hand,
+and keys outside the range, are never touched."""
 
 from __future__ import annotations
 
@@ -6,7 +12,10 @@ from typing import Any
 
 import httpx
 
-from agents.fabric.base import Membership, PartitionMap
+from agents.fabric.base import Membership, Partition, PartitionMap
+
+DEFAULT_RANGE = (0x0100, 0x7FFE)  # the portal's GPUPOOL_PKEY_RANGE default
+DEFAULT_PREFIX = "tenant_"
 
 
 def _bare(guid: str) -> str:
@@ -23,45 +32,64 @@ class UfmManager:
 
     def __init__(self, base_url: str, username: str, password: str,
                  transport: httpx.BaseTransport | None = None, verify: bool | str = True,
-                 managed_pkeys: set[int] | None = None) -> None:  # fmt: skip
+                 managed_range: tuple[int, int] = DEFAULT_RANGE,
+                 managed_prefix: str = DEFAULT_PREFIX) -> None:  # fmt: skip
         self.http = httpx.Client(base_url=base_url.rstrip("/"), auth=(username, password),
                                  transport=transport, verify=verify, timeout=30.0)  # fmt: skip
-        # keys this agent created; others on the fabric are left alone
-        self.managed: set[int] = set(managed_pkeys or set())
+        self.managed_range, self.managed_prefix = managed_range, managed_prefix
 
     def health(self) -> str:
         resp = self.http.get("/ufmRest/app/ufm_version")
         resp.raise_for_status()
         return str(resp.json().get("ufm_release_version", resp.text))
 
-    def _current(self) -> dict[int, Membership]:
+    def _listing(self) -> dict[str, Any]:
         resp = self.http.get("/ufmRest/resources/pkeys/", params={"guids_data": "true"})
         resp.raise_for_status()
-        return parse_pkeys(resp.json())
+        body = resp.json()
+        return body if isinstance(body, dict) else {}
+
+    def is_ours(self, pkey: int, name: str | None) -> bool:
+        lo, hi = self.managed_range
+        if not lo <= pkey <= hi:
+            return False
+        return not name or name.startswith(self.managed_prefix) or name == f"api_pkey_{pkey:#x}"
+
+    def managed(self) -> dict[int, Membership]:
+        listing = self._listing()
+        names = parse_names(listing)
+        return {k: v for k, v in parse_pkeys(listing).items() if self.is_ours(k, names.get(k))}
 
     def apply(self, pmap: PartitionMap) -> None:
-        current = self._current()
-        wanted = pmap.expected()
+        listing = self._listing()
+        current, index0 = parse_pkeys(listing), parse_index0(listing)
         for p in pmap.partitions:
-            key = f"0x{p.pkey:04x}"
-            if p.pkey not in current:
-                self._post("/ufmRest/resources/pkeys/add", {
-                    "pkey": key, "index0": False, "ip_over_ib": p.ipoib,
-                })  # fmt: skip
-            for membership in ("full", "limited"):
-                guids = [_bare(g) for g, m in p.members if m == membership
-                         and current.get(p.pkey, {}).get(_ours(g)) != membership]  # fmt: skip
-                if guids:
-                    self._post("/ufmRest/resources/pkeys", {
-                        "pkey": key, "guids": guids, "membership": membership,
-                        "index0": False, "ip_over_ib": p.ipoib,
-                    })  # fmt: skip
-            self.managed.add(p.pkey)
-        for pkey in sorted(self.managed):
-            extra = [_bare(g) for g in current.get(pkey, {}) if g not in wanted.get(pkey, {})]
+            self._apply_partition(p, current, index0)
+        wanted = pmap.expected()
+        names = parse_names(listing)
+        for pkey in sorted(current):
+            if pkey not in wanted and not self.is_ours(pkey, names.get(pkey)):
+                continue  # not ours: an operator's key, left alone
+            extra = [_bare(g) for g in current[pkey] if g not in wanted.get(pkey, {})]
             if extra:
                 self._post("/ufmRest/actions/remove_guids_from_pkey",
                            {"pkey": f"0x{pkey:04x}", "guids": extra})  # fmt: skip
+
+    def _apply_partition(self, p: Partition, current: dict[int, Membership],
+                         index0: dict[str, set[int]]) -> None:  # fmt: skip
+        key = f"0x{p.pkey:04x}"
+        have = current.get(p.pkey, {})
+        if p.pkey not in current:
+            self._post("/ufmRest/resources/pkeys/add",
+                       {"pkey": key, "index0": bool(p.index0), "ip_over_ib": p.ipoib})
+        for membership, at0, guids in p.groups():
+            todo = [_bare(g) for g in guids
+                    if have.get(g) != membership or (p.pkey in index0.get(g, set())) != at0]
+            if todo:
+                self._post("/ufmRest/resources/pkeys", {
+                    "pkey": key, "guids": todo, "membership": membership,
+                    "index0": at0, "ip_over_ib": p.ipoib,
+                })  # fmt: skip
 
     def _post(self, path: str, body: dict[str, Any]) -> None:
         resp = self.http.post(path, json=body)
@@ -69,20 +97,57 @@ class UfmManager:
 
     def read_back(self, guids: set[str]) -> dict[int, Membership]:
         return {k: {g: m for g, m in v.items() if g in guids}
-                for k, v in self._current().items() if k != 0x7FFF}  # fmt: skip
+                for k, v in parse_pkeys(self._listing()).items() if k != 0x7FFF}  # fmt: skip
+
+    def read_index0(self, guids: set[str]) -> dict[str, int]:
+        return _index0_of(self._listing(), guids)
+
+
+def _index0_of(listing: dict[str, Any], guids: set[str]) -> dict[str, int]:
+    """UFM's view: the key each port holds with ``index0`` set (UFM places it at 0)."""
+    out: dict[str, int] = {}
+    for guid, keys in parse_index0(listing).items():
+        if guid in guids and len(keys) == 1:
+            out[guid] = next(iter(keys))
+    return out
+
+
+def _entries(body: Any) -> list[tuple[int, dict[str, Any]]]:
+    out: list[tuple[int, dict[str, Any]]] = []
+    for key, info in (body.items() if isinstance(body, dict) else []):
+        try:
+            pkey = int(key, 16) & 0x7FFF
+        except (TypeError, ValueError):
+            continue
+        out.append((pkey, info if isinstance(info, dict) else {}))
+    return out
+
+
+def _guids(info: dict[str, Any]) -> list[dict[str, Any]]:
+    return [g for g in info.get("guids") or [] if isinstance(g, dict)]
 
 
 def parse_pkeys(body: Any) -> dict[int, Membership]:
     """``{"0x0a12": {"guids": [{"guid": "0002…", "membership": "full"}, …], …}, …}``."""
     out: dict[int, Membership] = {}
-    if not isinstance(body, dict):
-        return out
-    for key, info in body.items():
-        try:
-            pkey = int(key, 16) & 0x7FFF
-        except (TypeError, ValueError):
-            continue
+    for pkey, info in _entries(body):
         members = out.setdefault(pkey, {})
-        for g in (info or {}).get("guids", []) if isinstance(info, dict) else []:
+        for g in _guids(info):
             members[_ours(str(g.get("guid", "")))] = str(g.get("membership", "limited"))
+    return out
+
+
+def parse_names(body: Any) -> dict[int, str]:
+    """UFM's name of each key (``partition``), where it reports one."""
+    return {pkey: str(info["partition"]) for pkey, info in _entries(body)
+            if info.get("partition")}  # fmt: skip
+
+
+def parse_index0(body: Any) -> dict[str, set[int]]:
+    """Port GUID -> keys UFM holds for it with ``index0`` set."""
+    out: dict[str, set[int]] = {}
+    for pkey, info in _entries(body):
+        for g in _guids(info):
+            if g.get("index0") is True:
+                out.setdefault(_ours(str(g.get("guid", ""))), set()).add(pkey)
     return out

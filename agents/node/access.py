@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from agents.client.spool import atomic_write
 from agents.host import HostCommands, host_for_root
+from agents.protocol import ENV_NAME_RE, ENV_VALUE_RE
 
 MARKER = "gpupool-lease"
 UID_RANGE = range(61000, 65000)
@@ -41,14 +42,19 @@ class Grant:
     gpu_indices: tuple[int, ...]
     gpu_uuids: tuple[str, ...] = ()
     not_after: float | None = None  # epoch seconds; the agent removes the grant then
+    # extra variables for the account (NCCL_IB_HCA, UCX_NET_DEVICES, …), shell-safe only
+    environment: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Grant:
+        env = d.get("environment") or {}
         return cls(
             lease_id=d["lease_id"], account=d["account"],
             ssh_authorized_keys=tuple(d.get("ssh_authorized_keys", [])),
             gpu_indices=tuple(d.get("gpu_indices", [])), gpu_uuids=tuple(d.get("gpu_uuids", [])),
             not_after=parse_not_after(d.get("not_after")),
+            environment=tuple(sorted((str(k), str(v)) for k, v in env.items()
+                                     if ENV_NAME_RE.match(str(k)) and ENV_VALUE_RE.match(str(v)))),
         )  # fmt: skip
 
     def expired(self, now: float) -> bool:
@@ -176,7 +182,7 @@ class FileAccess:
             f"export CUDA_VISIBLE_DEVICES={visible}\n"
             f"export NVIDIA_VISIBLE_DEVICES={visible}\n"
             f"export GPUPOOL_LEASE_ID={grant.lease_id}\n"
-        )
+        ) + "".join(f"export {name}={value}\n" for name, value in grant.environment)
         leases = self._p("etc/gpupool/leases")
         leases.mkdir(parents=True, exist_ok=True)
         atomic_write(leases / f"{grant.account}.env", text, 0o644)

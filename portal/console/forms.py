@@ -12,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 
 from portal.billing.models import CreditLine
 from portal.console.quotas import LIMITS
+from portal.inventory.models import Fabric
 from portal.leasing.models import Priority
 
 
@@ -192,3 +193,15 @@ class CreditForm(forms.Form):
                 "description": d["description"],
                 "period_start": day_start(d["period_start"]),
                 "period_end": day_start(d["period_end"]) + timedelta(days=1)}
+
+
+class StorageEndpointForm(forms.Form):
+    """A storage server's HCA port(s) on a fabric: a port GUID, or the node name that the
+    imported ``ibnetdiscover`` output gives it (all its ports)."""
+
+    fabric = forms.ModelChoiceField(queryset=Fabric.objects.order_by("name"),
+                                    to_field_name="name", label=_("Fabric"))
+    port_guid = forms.CharField(max_length=20, required=False, label=_("Port GUID"),
+                                help_text=_("e.g. 0x0002c903000e0b72"))
+    node_name = forms.CharField(max_length=200, required=False, label=_("Node name"),
+                                help_text=_("As in ibnetdiscover, e.g. storage-01"))

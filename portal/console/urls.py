@@ -10,6 +10,7 @@ urlpatterns = [
     path("gpus/<int:pk>/health/", views.gpu_health, name="gpu_health"),
     path("queue/", views.queue, name="queue"),
     path("partitions/", views.partitions, name="partitions"),
+    path("storage/", views.storage, name="storage"),
     path("tenants/", views.tenants, name="tenants"),
     path("tenants/<slug:slug>/", views.tenant, name="tenant"),
     path("audit/", views.audit, name="audit"),

@@ -19,10 +19,12 @@ from django.views.decorators.http import require_POST
 from portal.billing import selectors as billing
 from portal.billing.api.views import stream
 from portal.console import selectors, services
-from portal.console.forms import ContractForm, CreditForm, QuotaForm
+from portal.console.forms import ContractForm, CreditForm, QuotaForm, StorageEndpointForm
 from portal.console.quotas import CONFIRM, quota_set
 from portal.core.errors import ApplicationError, NotFound, PermissionDenied
-from portal.inventory.models import Gpu, Node
+from portal.inventory import selectors as inventory
+from portal.inventory import services as inventory_services
+from portal.inventory.models import Gpu, Node, StorageEndpoint
 from portal.inventory.services import node_set_state
 from portal.leasing.models import Lease, Quota
 from portal.tenants.models import Tenant
@@ -104,6 +106,28 @@ def queue(request: HttpRequest) -> HttpResponse:
 @staff_only
 def partitions(request: HttpRequest) -> HttpResponse:
     return render(request, "console/partitions.html", {"rows": selectors.partitions()})
+
+
+@staff_only
+def storage(request: HttpRequest) -> HttpResponse:
+    """Storage ports per fabric: limited members of every tenant partition there."""
+    which = request.POST.get("form") if request.method == "POST" else None
+    form = StorageEndpointForm(request.POST if which == "add" else None)
+    if which == "remove":
+        pk = request.POST.get("endpoint", "")
+        endpoint = get_object_or_404(StorageEndpoint, pk=int(pk) if pk.isdigit() else 0)
+        _act(request, lambda: inventory_services.storage_endpoint_remove(
+            actor=request.user, endpoint=endpoint), _("Storage port removed."))
+        return redirect("console:storage")
+    if which == "add" and form.is_valid():
+        try:
+            inventory_services.storage_endpoint_add(actor=request.user, **form.cleaned_data)
+            messages.success(request, _("Storage port added."))
+            return redirect("console:storage")
+        except ApplicationError as exc:
+            _apply_errors(form, exc)
+    return render(request, "console/storage.html", {
+        "form": form, "rows": inventory.storage_endpoint_list()})
 
 
 @staff_only

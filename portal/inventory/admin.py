@@ -1,6 +1,8 @@
+from typing import Any
+
 from django.contrib import admin
 
-from portal.inventory.models import Fabric, Gpu, HcaPort, Node, Switch, SwitchLink
+from portal.inventory.models import Fabric, Gpu, HcaPort, Node, StorageEndpoint, Switch, SwitchLink
 
 
 @admin.register(Fabric)
@@ -60,3 +62,22 @@ class HcaPortAdmin(admin.ModelAdmin):
     list_filter = ("fabric",)
     search_fields = ("port_guid", "node_guid", "node__hostname", "description")
     list_select_related = ("node", "switch")
+
+
+@admin.register(StorageEndpoint)
+class StorageEndpointAdmin(admin.ModelAdmin):
+    """Read-only: storage is declared in the console or the API, whose service audits the
+    change and pushes the partition map."""
+
+    list_display = ("name", "port_guid", "fabric", "created")
+    list_filter = ("fabric",)
+    search_fields = ("name", "port_guid")
+
+    def has_add_permission(self, request: Any) -> bool:
+        return False
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        return False

@@ -141,3 +141,26 @@ class HcaPort(models.Model):
 
     def __str__(self) -> str:
         return f"{self.description or self.device} {self.port_guid}"
+
+
+class StorageEndpoint(models.Model):
+    """An HCA port of a storage server on a fabric. Every tenant partition on that fabric
+    includes it as a *limited* member: tenants reach storage, never each other through it
+    (see docs/adr/0107-storage-partitions.md)."""
+
+    fabric = models.ForeignKey(Fabric, on_delete=models.CASCADE, related_name="storage")
+    port_guid = models.CharField(max_length=18, help_text="Port GUID, 0x + 16 hex")
+    name = models.CharField(max_length=200, blank=True,
+                            help_text="Node name from the imported ibnetdiscover")
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["fabric", "name", "port_guid"]
+        constraints = [
+            models.UniqueConstraint(fields=["port_guid"], name="storage_unique_port_guid"),
+            models.CheckConstraint(condition=Q(port_guid__regex=r"^0x[0-9a-f]{16}$"),
+                                   name="storage_port_guid_format"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name or 'storage'} {self.port_guid}"

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
-from portal.inventory.models import Fabric, Gpu, Node, Switch
+from portal.inventory.models import Fabric, Gpu, Node, StorageEndpoint, Switch
 
 
 def node_list() -> QuerySet[Node]:
@@ -40,3 +40,17 @@ def capacity_by_model() -> list[dict[str, Any]]:
         nodes=Count("node", distinct=True),
     ).order_by("model"))
     return list(rows)
+
+
+def storage_endpoint_list(*, fabric: Fabric | None = None) -> QuerySet[StorageEndpoint]:
+    qs = StorageEndpoint.objects.select_related("fabric")
+    return qs.filter(fabric=fabric) if fabric is not None else qs
+
+
+def storage_guids(*, fabric_ids: set[int | None]) -> set[str]:
+    """Storage port GUIDs on these fabrics; a port of unknown fabric (None) may sit on any,
+    so it draws every fabric's storage."""
+    qs = StorageEndpoint.objects.all()
+    if None not in fabric_ids:
+        qs = qs.filter(fabric_id__in=fabric_ids)
+    return set(qs.values_list("port_guid", flat=True))

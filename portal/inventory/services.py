@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,7 +15,15 @@ from portal.core.errors import ApplicationError
 from portal.core.services import audit_record
 from portal.inventory import ibnetdiscover as ibn
 from portal.inventory.catalog import CATALOG, NVLINK_LAYOUTS, nvlink_domain
-from portal.inventory.models import Fabric, Gpu, HcaPort, Node, Switch, SwitchLink
+from portal.inventory.models import (
+    Fabric,
+    Gpu,
+    HcaPort,
+    Node,
+    StorageEndpoint,
+    Switch,
+    SwitchLink,
+)
 from portal.tenants.access import AnyUser
 
 ROLE_BY_LEVEL = {1: Switch.Role.LEAF, 2: Switch.Role.SPINE}
@@ -240,3 +249,73 @@ def node_set_state(*, actor: AnyUser | None, node: Node, state: str, reason: str
         audit_record(actor=actor, action="node.set_state", obj=node,
                      changes={"state": [old, state], "reason": reason})
     return node
+
+
+GUID_RE = re.compile(r"^(0x)?[0-9a-fA-F]{1,16}$")
+
+
+def _storage_ports(fabric: Fabric, port_guid: str, node_name: str) -> list[HcaPort]:
+    """The imported HCA ports an operator names, by port GUID or by node name."""
+    if bool(port_guid) == bool(node_name):
+        msg = _("Give a port GUID or a node name (one of them).")
+        raise ApplicationError(msg, fields={"port_guid": [msg], "node_name": [msg]})
+    ports = HcaPort.objects.filter(fabric=fabric).select_related("node")
+    if port_guid:
+        if not GUID_RE.match(port_guid):
+            raise ApplicationError(_("Not a GUID."), fields={"port_guid": [_(
+                "16 hexadecimal digits, optionally 0x-prefixed.")]})
+        found = list(ports.filter(port_guid=ibn.guid_hex(port_guid)))
+        field, what = "port_guid", ibn.guid_hex(port_guid)
+    else:
+        found = [p for p in ports.filter(description__startswith=node_name)
+                 if ibn.hostname_from_description(p.description) == node_name]
+        field, what = "node_name", node_name
+    if not found:
+        msg = _("%(what)s is not an HCA port of fabric %(fabric)s: import its ibnetdiscover "
+                "output first.") % {"what": what, "fabric": fabric.name}
+        raise ApplicationError(msg, fields={field: [msg]})
+    gpu_ports = [p.port_guid for p in found if p.node is not None and p.node.gpus.exists()]
+    if gpu_ports:
+        msg = _("%(guids)s belongs to a GPU node: a storage port would reach every tenant.") % {
+            "guids": ", ".join(gpu_ports)}
+        raise ApplicationError(msg, fields={field: [msg]})
+    return found
+
+
+def _push_fabric_on_commit() -> None:
+    def push() -> None:
+        from portal.leasing import desired  # the partition map includes the storage ports
+
+        with transaction.atomic():
+            desired.push_fabric()
+    transaction.on_commit(push)
+
+
+@transaction.atomic
+def storage_endpoint_add(*, actor: AnyUser | None, fabric: Fabric, port_guid: str = "",
+                         node_name: str = "") -> list[StorageEndpoint]:
+    """Declare a storage server's HCA port(s) on ``fabric`` (idempotent): every tenant
+    partition on it includes them as limited members from the next fabric push."""
+    rows = []
+    for port in _storage_ports(fabric, port_guid.strip(), node_name.strip()):
+        name = ibn.hostname_from_description(port.description)
+        row, created = StorageEndpoint.objects.get_or_create(
+            port_guid=port.port_guid, defaults={"fabric": fabric, "name": name})
+        if row.fabric_id != fabric.pk:
+            msg = _("%(guid)s is already storage on fabric %(fabric)s.") % {
+                "guid": port.port_guid, "fabric": row.fabric.name}
+            raise ApplicationError(msg, fields={"port_guid": [msg]})
+        if created:
+            audit_record(actor=actor, action="fabric.storage_add", obj=row,
+                         changes={"fabric": fabric.name, "port_guid": row.port_guid})
+        rows.append(row)
+    _push_fabric_on_commit()
+    return rows
+
+
+@transaction.atomic
+def storage_endpoint_remove(*, actor: AnyUser | None, endpoint: StorageEndpoint) -> None:
+    audit_record(actor=actor, action="fabric.storage_remove", obj=endpoint,
+                 changes={"fabric": endpoint.fabric.name, "port_guid": endpoint.port_guid})
+    endpoint.delete()
+    _push_fabric_on_commit()

@@ -7,6 +7,7 @@ from typing import Any
 
 from portal.fleet import services as fleet
 from portal.fleet.models import FabricDesiredState, NodeDesiredState
+from portal.inventory import selectors as inventory
 from portal.inventory.models import HcaPort, Node
 from portal.leasing import handover, states
 from portal.leasing.models import Allocation, Lease
@@ -34,10 +35,13 @@ def _grants(node: Node) -> tuple[list[dict[str, Any]], set[int]]:
         lease = row.lease
         if lease.tenant_id not in keys:
             keys[lease.tenant_id] = _tenant_keys(lease.tenant)
-        grant = per_lease.setdefault(lease.pk, {
-            "lease_id": f"ls_{lease.pk.hex[:16]}", "account": f"lease-{lease.pk.hex[:12]}",
-            "gpu_indices": [], "gpu_uuids": [], "ssh_authorized_keys": keys[lease.tenant_id],
-            "expires_at": lease.end_at.isoformat(), "not_after": lease.end_at.isoformat()})
+        if lease.pk not in per_lease:
+            per_lease[lease.pk] = {
+                "lease_id": f"ls_{lease.pk.hex[:16]}", "account": f"lease-{lease.pk.hex[:12]}",
+                "gpu_indices": [], "gpu_uuids": [], "ssh_authorized_keys": keys[lease.tenant_id],
+                "expires_at": lease.end_at.isoformat(), "not_after": lease.end_at.isoformat(),
+                "environment": _nccl_environment(node, lease.tenant)}
+        grant = per_lease[lease.pk]
         if row.gpu.index not in grant["gpu_indices"]:
             grant["gpu_indices"].append(row.gpu.index)
             grant["gpu_uuids"].append(row.gpu.uuid)
@@ -75,23 +79,47 @@ def push_node(node: Node) -> int:
     return fleet.node_desired_set(node=node, partitions=partitions, access_grants=grants)
 
 
+def port_rows(node: Node | None = None) -> list[tuple[Any, str, int | None, Any]]:
+    """(tenant id, port GUID, fabric id, lease order) for every HCA port of a node with a
+    granting lease (of ``node`` only, if given); lease order = (start, created, id), the
+    order in which index 0 of a shared port is given out."""
+    qs = handover.unfenced(Allocation.objects.filter(live=True, lease__state__in=GRANTING))
+    if node is not None:
+        qs = qs.filter(node=node)
+    return [(t, g, f, (start, created, lease)) for t, g, f, start, created, lease in qs.values_list(
+        "lease__tenant_id", "node__hca_ports__port_guid", "node__hca_ports__fabric_id",
+        "lease__start_at", "lease__created", "lease_id").distinct() if g]
+
+
+def _nccl_environment(node: Node, tenant: Tenant) -> dict[str, str]:
+    """The lease account's NCCL/UCX variables on this node (portal/fleet/nccl.py)."""
+    from portal.fleet.nccl import nccl_details
+    from portal.leasing.selectors import hca_port_facts
+
+    pkey = fleet.partition_for_tenant(tenant=tenant).pkey
+    ports = hca_port_facts(node_ids=[node.pk]).get(node.hostname, [])
+    env: dict[str, str] = nccl_details(ports, pkey=pkey, tenant_id=tenant.pk)["environment"]
+    return env
+
+
 def push_fabric() -> int:
-    """The partition map: each tenant with granting leases ↔ the HCA ports of their nodes."""
+    """The partition map: each tenant with granting leases ↔ the HCA ports of their nodes
+    (full; index 0 where the tenant holds the port's earliest lease) plus the storage ports
+    of those nodes' fabrics (limited)."""
     _lock_row(FabricDesiredState, name="default")
     members: dict[int, set[str]] = defaultdict(set)
-    granting = handover.unfenced(Allocation.objects.filter(live=True,
-                                                           lease__state__in=GRANTING))
-    for tenant_id, guid in (granting
-                            .values_list("lease__tenant_id", "node__hca_ports__port_guid")
-                            .distinct()):
-        if guid:
-            members[tenant_id].add(guid)
+    fabrics: dict[int, set[int | None]] = defaultdict(set)
+    rows = port_rows()
+    for tenant_id, guid, fabric_id, _ in rows:
+        members[tenant_id].add(guid)
+        fabrics[tenant_id].add(fabric_id)
+    owners = fleet.index0_owners([(t, g, at) for t, g, _, at in rows])
     partitions = []
     for tenant in Tenant.objects.filter(pk__in=members).order_by("slug"):
-        entry = _partition_entry(tenant, [])
-        partitions.append({"name": entry["name"], "pkey": entry["pkey"], "ipoib": True,
-                           "members": [{"guid": g, "membership": "full"}
-                                       for g in sorted(members[tenant.pk])]})
+        partitions.append(fleet.partition_map_entry(
+            tenant=tenant, name=_partition_entry(tenant, [])["name"], full=members[tenant.pk],
+            index0={g for g in members[tenant.pk] if owners.get(g) == tenant.pk},
+            storage=inventory.storage_guids(fabric_ids=fabrics[tenant.pk])))
     return fleet.fabric_desired_set(partitions=partitions)
 
 

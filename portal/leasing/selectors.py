@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import Q, QuerySet
+from django.db.models import OuterRef, Q, QuerySet, Subquery
 from django.utils.translation import gettext as _
 
 from portal.core import clock
@@ -60,30 +60,59 @@ def lease_events(*, lease: Lease) -> QuerySet[LeaseEvent]:
     return lease.events.order_by("created", "id")
 
 
+def hca_port_facts(*, node_ids: list[Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per hostname: its HCA ports with the last reported P_Key table, the agent's IPoIB
+    children and the tenant that holds index 0 there (the earliest granting lease's, as in
+    ``desired.push_fabric``), in one query."""
+    from portal.fleet.models import NodeObservedState, PortTelemetry
+    from portal.leasing.desired import GRANTING
+
+    reported = PortTelemetry.objects.filter(node=OuterRef("node"), device=OuterRef("device"),
+                                            port=OuterRef("port_number"))
+    owner = (Allocation.objects.filter(node=OuterRef("node"), live=True,
+                                       lease__state__in=GRANTING)
+             .order_by("lease__start_at", "lease__created", "lease_id"))
+    rows = (HcaPort.objects.filter(node_id__in=node_ids)
+            .annotate(reported=Subquery(reported.values("data__pkeys")[:1]),
+                      ipoib_children=Subquery(NodeObservedState.objects.filter(
+                          node=OuterRef("node")).values("document__ipoib_children")[:1]),
+                      index0_owner=Subquery(owner.values("lease__tenant_id")[:1]))
+            .values("node__hostname", "device", "port_number", "port_guid", "reported",
+                    "ipoib_children", "index0_owner"))
+    out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        out[row.pop("node__hostname")].append(row)
+    return out
+
+
 def lease_connection(*, lease: Lease) -> dict[str, Any]:
-    """Nodes, GPUs (UUIDs), the tenant's P_Key and how to log in."""
+    """Nodes, GPUs (UUIDs), the tenant's P_Key, how to log in, and per node what NCCL/UCX
+    need (HCAs, the key's P_Key index, the IPoIB interface; portal/fleet/nccl.py)."""
     from portal.fleet.models import TenantPartition
+    from portal.fleet.nccl import nccl_details
 
     gpus: dict[str, list[dict[str, Any]]] = defaultdict(list)
     seen: set[int] = set()
+    node_ids: set[Any] = set()
     for row in (Allocation.objects.filter(lease=lease).select_related("gpu", "node")
                 .order_by("node__hostname", "gpu__index")):
         if row.gpu_id in seen:
             continue
         seen.add(row.gpu_id)
+        node_ids.add(row.node_id)
         gpus[row.node.hostname].append({"index": row.gpu.index, "uuid": row.gpu.uuid,
                                         "model": row.gpu.model, "health": row.gpu.health})
     partition = TenantPartition.objects.filter(tenant=lease.tenant, state="active").first()
     account = f"lease-{lease.pk.hex[:12]}"
-    ports = defaultdict(list)
-    for hostname, guid in HcaPort.objects.filter(node__hostname__in=list(gpus)).values_list(
-            "node__hostname", "port_guid"):
-        ports[hostname].append(guid)
+    ports = hca_port_facts(node_ids=list(node_ids)) if gpus else {}
     return {
         "account": account,
         "pkey": f"0x{partition.pkey | 0x8000:04x}" if partition else None,
         "nodes": [{"hostname": h, "ssh": f"ssh {account}@{h}", "gpus": g,
-                   "hca_ports": sorted(ports[h])} for h, g in gpus.items()],
+                   "hca_ports": sorted(p["port_guid"] for p in ports.get(h, [])),
+                   "nccl": nccl_details(ports.get(h, []), pkey=partition.pkey,
+                                        tenant_id=lease.tenant_id) if partition else None}
+                  for h, g in gpus.items()],
     }
 
 

@@ -1,6 +1,8 @@
-"""A real OpenSM on an ibsim fabric (tests/fixtures/ibnetdiscover/fat-tree.net: 2 spines,
-4 leaves, 16 HCAs). Proves that a lease's nodes - and only they - join the tenant's
-partition, read back with ``ibsim-run smpquery pkeys <lid>``, and leave it afterwards."""
+"""A real OpenSM on an ibsim fabric (tests/fixtures/ibnetdiscover/fat-tree-storage.net:
+2 spines, 4 leaves, 16 GPU HCAs and 2 storage HCAs). Proves that a lease's nodes - and only
+they - join the tenant's partition with the key at P_Key index 0, that storage ports are
+limited members of every tenant's key, read back with ``ibsim-run smpquery pkeys <lid>``,
+and that members leave afterwards, also when the driver was restarted in between."""
 
 from __future__ import annotations
 
@@ -18,11 +20,12 @@ from pathlib import Path
 import pytest
 
 from agents.fabric.applier import FabricApplier
-from agents.fabric.opensm import OpenSmManager, parse_smpquery_pkeys
+from agents.fabric.opensm import OpenSmManager, parse_smpquery_pkeys, parse_smpquery_table
 from tests.agents.conftest import FIXTURES
 
 pytestmark = pytest.mark.opensm
-NET = FIXTURES / "ibnetdiscover" / "fat-tree.net"
+NET = FIXTURES / "ibnetdiscover" / "fat-tree-storage.net"
+STORAGE = ["storage-01", "storage-02"]
 TOOLS = ("ibsim", "ibsim-run", "opensm", "smpquery", "ibnetdiscover")
 
 
@@ -50,6 +53,17 @@ class Fabric:
 
     def pkeys(self, host: str) -> list[int]:
         return parse_smpquery_pkeys(self.run("smpquery", "pkeys", str(self.lids[host])))
+
+    def table(self, host: str) -> list[int]:
+        """The port's P_Key table in index order, empty entries included."""
+        return parse_smpquery_table(self.run("smpquery", "pkeys", str(self.lids[host])))
+
+    def manager(self) -> OpenSmManager:
+        """A fresh driver, as a restarted agent process would build it."""
+        return OpenSmManager(self.conf, pid=self.opensm_pid, diag_prefix=["ibsim-run"],
+                             run=lambda argv: subprocess.run(
+                                 argv, env=self.env, capture_output=True, text=True,
+                                 timeout=30, check=True).stdout)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -115,7 +129,7 @@ def fabric(tmp_path: Path) -> Iterator[Fabric]:
             disc = subprocess.run(["ibsim-run", "ibnetdiscover"], env=env, capture_output=True,
                                   text=True, timeout=30, check=True).stdout
             lids, guids = parse_cas(disc)
-            assert len(lids) == 16
+            assert len(lids) == 18
             yield Fabric(env, conf, opensm.pid, lids, guids)
         finally:
             for proc in reversed(procs):  # opensm first, then ibsim: exactly these PIDs
@@ -162,3 +176,54 @@ def test_lease_partitions_on_real_opensm(fabric: Fabric) -> None:
         keys = fabric.pkeys(host)
         assert all(k & 0x7FFF != 0x0101 for k in keys), (host, keys)
         assert (0x8102 in keys) == (host in b_hosts)
+
+
+def _tenant_map(generation: int, tenants: dict[str, tuple[int, list[str]]],
+                guids: dict[str, str]) -> dict[str, object]:
+    """What the portal sends: tenant ports full with index0, storage ports limited."""
+    return {"generation": generation, "partitions": [
+        {"name": name, "pkey": f"0x{pkey:04x}", "ipoib": True,
+         "members": [{"guid": guids[h], "membership": "full", "index0": True} for h in hosts]
+         + [{"guid": guids[s], "membership": "limited"} for s in STORAGE]}
+        for name, (pkey, hosts) in tenants.items()]}
+
+
+A_HOSTS = ["gpu-node-05", "gpu-node-06"]
+B_HOSTS = ["gpu-node-09", "gpu-node-13"]
+
+
+def test_tenant_pkey_at_index_0(fabric: Fabric) -> None:
+    """Findings 11.4 and 11.5 on a real OpenSM: every tenant port holds its own key, full,
+    at P_Key index 0 (what NCCL uses) and no other tenant key; storage ports hold every
+    tenant's key as limited members; every other port holds no tenant key at all."""
+    applier = FabricApplier(fabric.manager(), verify_timeout_s=30)
+    applier.apply(_tenant_map(1, {"tenant_a": (0x0101, A_HOSTS), "tenant_b": (0x0102, B_HOSTS)},
+                              fabric.guids))
+    assert applier.observed()["drift"] == []
+    own = {**{h: 0x8101 for h in A_HOSTS}, **{h: 0x8102 for h in B_HOSTS}}
+    for host in fabric.lids:
+        table = fabric.table(host)
+        tenant_keys = sorted(k for k in table if k & 0x7FFF not in (0, 0x7FFF))
+        if host in own:
+            assert table[0] == own[host], (host, table)  # own key, full, at index 0
+            assert tenant_keys == [own[host]], (host, table)
+        elif host in STORAGE:
+            assert tenant_keys == [0x0101, 0x0102], (host, table)  # limited members
+        else:
+            assert tenant_keys == [], (host, table)
+
+
+def test_restarted_opensm_driver_removes_stale_members(fabric: Fabric) -> None:
+    """Finding 10.9 on a real OpenSM: a driver restarted after tenant A's lease ended
+    removes A's members (tenant and storage ports) and verifies it, B untouched."""
+    tenants = {"tenant_a": (0x0101, A_HOSTS), "tenant_b": (0x0102, B_HOSTS)}
+    FabricApplier(fabric.manager(), verify_timeout_s=30).apply(
+        _tenant_map(1, tenants, fabric.guids))
+    restarted = FabricApplier(fabric.manager(), verify_timeout_s=30)  # no memory of gen 1
+    restarted.apply(_tenant_map(2, {"tenant_b": tenants["tenant_b"]}, fabric.guids))
+    assert restarted.observed()["drift"] == []
+    for host in fabric.lids:
+        keys = fabric.pkeys(host)
+        assert all(k & 0x7FFF != 0x0101 for k in keys), (host, keys)
+    assert all(fabric.table(h)[0] == 0x8102 for h in B_HOSTS)
+    assert all(0x0102 in fabric.pkeys(s) for s in STORAGE)

@@ -17,7 +17,8 @@ pytestmark = pytest.mark.browser
 PAGES = [("console", "/console/"), ("console-fabric", "/console/fabric/"),
          ("console-queue", "/console/queue/"), ("console-partitions", "/console/partitions/"),
          ("console-tenants", "/console/tenants/"), ("console-tenant", "/console/tenants/acme/"),
-         ("console-audit", "/console/audit/"), ("console-billing", "/console/billing/")]
+         ("console-audit", "/console/audit/"), ("console-billing", "/console/billing/"),
+         ("console-storage", "/console/storage/")]
 
 
 def sign_in_as(page: Any, base: str, username: str) -> None:

@@ -22,7 +22,7 @@ from rest_framework.test import APIClient
 from portal import api_urls
 from portal.core.services import audit_record
 from portal.inventory.generator import ClusterSpec, cluster_generate
-from portal.inventory.models import Gpu
+from portal.inventory.models import Fabric, Gpu, HcaPort, StorageEndpoint
 from portal.leasing.models import Lease, LeaseState
 from portal.routing import websocket_urlpatterns
 from portal.tenants.invitations import invitation_create
@@ -77,6 +77,10 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, int]]] = {
     ("gpu-detail", "GET"): ("gpu", {}, _row(*STAFF_ONLY)),
     ("switch-list", "GET"): ("none", {}, _row(*STAFF_ONLY)),
     ("fabric-list", "GET"): ("none", {}, _row(*STAFF_ONLY)),
+    ("storage-endpoint-list", "GET"): ("none", {}, _row(*STAFF_ONLY)),
+    ("storage-endpoint-list", "POST"): ("none", {"fabric": "fabric-1", "node_name": "storage-01"},
+                                        _row(401, 403, 403, 403, 403, 201)),
+    ("storage-endpoint-detail", "DELETE"): ("storage", {}, _row(401, 403, 403, 403, 403, 204)),
     ("auditlog-list", "GET"): ("none", {}, _row(*ANY_USER)),
     ("billing-usage", "GET"): ("none", {}, _row(*ANY_USER)),
     ("billing-invoices", "GET"): ("none", {}, _row(*ANY_USER)),
@@ -139,6 +143,8 @@ def world(db: Any) -> dict[str, Any]:
     }
     make_user("newbie")
     cluster_generate(actor=None, spec=ClusterSpec(nodes=2, gpus_per_node=2))
+    storage = HcaPort.objects.create(fabric=Fabric.objects.get(), port_guid="0x00000000005a0001",
+                                     description="storage-01 mlx5_0")
     key = api_key_create(actor=users["admin"], name="a-key", tenant=a).key
     victim = Membership.objects.get(user=users["member"])
     entry = audit_record(actor=users["admin"], action="test.secret", tenant=a,
@@ -156,7 +162,9 @@ def world(db: Any) -> dict[str, Any]:
     return {"users": users, "a": a, "b": b, "key": key, "membership": victim, "audit": entry,
             "invitation": invitation,
             "lease": lease, "active_lease": active,
-            "node": "gpu-node-0001", "gpu": Gpu.objects.order_by("pk").first()}
+            "node": "gpu-node-0001", "gpu": Gpu.objects.order_by("pk").first(),
+            "storage": StorageEndpoint.objects.create(fabric=storage.fabric,
+                                                      port_guid=storage.port_guid)}
 
 
 def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
@@ -172,6 +180,7 @@ def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "audit": {"pk": w["audit"].pk},
         "lease": {"pk": w["lease"].pk},
         "active_lease": {"pk": w["active_lease"].pk},
+        "storage": {"pk": w["storage"].pk},
     }[kind]
 
 

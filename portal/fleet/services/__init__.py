@@ -11,9 +11,21 @@ from portal.fleet.services.desired import (
     simulate_apply,
     simulate_fabric_apply,
 )
-from portal.fleet.services.partitions import partition_for_tenant, partition_release
+from portal.fleet.services.partitions import (
+    index0_owners,
+    partition_for_tenant,
+    partition_map_entry,
+    partition_release,
+)
 
 __all__ = [
-    "agent_for_node", "fabric_desired_set", "node_desired_set", "partition_for_tenant",
-    "partition_release", "simulate_apply", "simulate_fabric_apply",
+    "agent_for_node",
+    "fabric_desired_set",
+    "index0_owners",
+    "node_desired_set",
+    "partition_for_tenant",
+    "partition_map_entry",
+    "partition_release",
+    "simulate_apply",
+    "simulate_fabric_apply",
 ]

@@ -7,6 +7,7 @@ partition; keys are 15-bit. Allocation races lose on those constraints and retry
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
@@ -107,3 +108,27 @@ def partition_release(*, tenant: Tenant) -> TenantPartition | None:
     audit_record(actor=None, action="fleet.partition_release", obj=partition,
                  changes={"pkey": partition.pkey_hex})
     return partition
+
+
+def partition_map_entry(*, tenant: Tenant, name: str, full: set[str], index0: set[str],
+                        storage: set[str]) -> dict[str, Any]:
+    """The tenant's partition for the fabric manager: its ports full members, those in
+    ``index0`` with the key at P_Key index 0 (what NCCL/UCX use unless told otherwise), and
+    every storage port a *limited* member, so tenants reach storage but storage joins no
+    two tenants (ADR 0107)."""
+    partition = partition_for_tenant(tenant=tenant)
+    members = [{"guid": g, "membership": "full", "index0": g in index0} for g in sorted(full)]
+    members += [{"guid": g, "membership": "limited", "index0": False}
+                for g in sorted(storage - full)]
+    return {"name": name, "pkey": f"0x{partition.pkey:04x}", "ipoib": True, "members": members}
+
+
+def index0_owners(rows: list[tuple[Any, str, Any]]) -> dict[str, Any]:
+    """Port GUID -> the tenant whose key goes to index 0 of that port: the tenant of the
+    first live lease on it (rows: tenant id, GUID, an order key such as (start, created,
+    lease id)); a port shared by two tenants has one index 0."""
+    owners: dict[str, tuple[Any, Any]] = {}
+    for tenant_id, guid, order in rows:
+        if guid not in owners or order < owners[guid][0]:
+            owners[guid] = (order, tenant_id)
+    return {guid: tenant_id for guid, (_, tenant_id) in owners.items()}

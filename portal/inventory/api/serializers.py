@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
-from portal.inventory.models import Fabric, Gpu, HcaPort, Node, Switch
+from portal.inventory.models import Fabric, Gpu, HcaPort, Node, StorageEndpoint, Switch
 
 
 class GpuSerializer(serializers.ModelSerializer[Gpu]):
@@ -75,3 +75,23 @@ class CapacitySerializer(serializers.Serializer[None]):
     gpus_total = serializers.IntegerField()
     gpus_schedulable = serializers.IntegerField()
     nodes = serializers.IntegerField()
+
+
+class StorageEndpointSerializer(serializers.ModelSerializer[StorageEndpoint]):
+    fabric = serializers.CharField(source="fabric.name", read_only=True)
+
+    class Meta:
+        model = StorageEndpoint
+        fields = ["id", "fabric", "port_guid", "name", "created"]
+        read_only_fields = fields
+
+
+class StorageEndpointInputSerializer(serializers.Serializer[None]):
+    """A storage server's HCA port(s): one port GUID, or a node name from the fabric's
+    imported ``ibnetdiscover`` output (all its ports)."""
+
+    fabric = serializers.SlugRelatedField(slug_field="name", queryset=Fabric.objects.all())
+    port_guid = serializers.CharField(max_length=20, required=False, default="",
+                                      allow_blank=True)
+    node_name = serializers.CharField(max_length=200, required=False, default="",
+                                      allow_blank=True)

@@ -90,3 +90,30 @@ class CapacityView(APIView):
     @extend_schema(responses=s.CapacitySerializer(many=True))
     def get(self, request: Request) -> Response:
         return Response(s.CapacitySerializer(selectors.capacity_by_model(), many=True).data)
+
+
+class StorageEndpointViewSet(mixins.ListModelMixin, mixins.DestroyModelMixin,
+                             viewsets.GenericViewSet):  # type: ignore[type-arg]
+    """Storage HCA ports per fabric (platform staff only): every tenant partition on the
+    fabric includes them as limited members. ``?fabric=<name>`` filters."""
+
+    permission_classes = [IsPlatformStaff]
+    serializer_class = s.StorageEndpointSerializer
+
+    def get_queryset(self) -> Any:
+        qs = selectors.storage_endpoint_list()
+        if fabric := self.request.query_params.get("fabric"):
+            qs = qs.filter(fabric__name=fabric)
+        return qs
+
+    @extend_schema(request=s.StorageEndpointInputSerializer,
+                   responses={201: s.StorageEndpointSerializer(many=True)})
+    def create(self, request: Request) -> Response:
+        """Declare storage by ``port_guid`` or ``node_name``; answers the port(s) declared."""
+        body = s.StorageEndpointInputSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        rows = services.storage_endpoint_add(actor=request.user, **body.validated_data)
+        return Response(s.StorageEndpointSerializer(rows, many=True).data, status=201)
+
+    def perform_destroy(self, instance: Any) -> None:
+        services.storage_endpoint_remove(actor=self.request.user, endpoint=instance)

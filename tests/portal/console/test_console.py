@@ -18,7 +18,7 @@ from tests.portal.factories import add_member, make_tenant, make_user
 
 PAGES = [("console:index", {}), ("console:fabric", {}), ("console:queue", {}),
          ("console:partitions", {}), ("console:tenants", {}), ("console:audit", {}),
-         ("console:billing", {})]
+         ("console:billing", {}), ("console:storage", {})]
 
 
 @pytest.fixture
