@@ -102,7 +102,8 @@ def quota_warnings(*, tenant: Tenant, gpu_model: str, max_gpus: int,
     if gpu_hour_budget is not None and (
             before is None or before.gpu_hour_budget is None
             or gpu_hour_budget < before.gpu_hour_budget):
-        used = selectors.gpu_hours_this_month(tenant)
+        row = Quota(tenant=tenant, gpu_model=gpu_model)
+        used = selectors.gpu_hours_this_month(tenant, row)
         if gpu_hour_budget < used:
             out["gpu_hour_budget"] = _(
                 "%(used)s GPU-hours are already used or planned this month, more than "

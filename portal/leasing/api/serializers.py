@@ -93,6 +93,8 @@ class QuotaUsageSerializer(serializers.Serializer[None]):
     in_use_gpus = serializers.DecimalField(max_digits=10, decimal_places=3, allow_null=True)
     gpu_hour_budget = serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True)
     gpu_hours_this_month = serializers.DecimalField(max_digits=14, decimal_places=2)
+    gpu_hours_metered = serializers.DecimalField(max_digits=14, decimal_places=2)
+    gpu_hours_committed = serializers.DecimalField(max_digits=14, decimal_places=2)
     max_lease_hours = serializers.IntegerField()
     max_pending_orders = serializers.IntegerField()
     allow_spot = serializers.BooleanField()
