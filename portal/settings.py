@@ -181,6 +181,8 @@ GPUPOOL_PROVISION_TIMEOUT_S = int(os.environ.get("GPUPOOL_PROVISION_TIMEOUT_S", 
 GPUPOOL_RELEASE_TIMEOUT_S = int(os.environ.get("GPUPOOL_RELEASE_TIMEOUT_S", "300"))
 # A running spot lease is told this long before it is preempted (0: preempted at once).
 GPUPOOL_PREEMPT_GRACE_S = int(os.environ.get("GPUPOOL_PREEMPT_GRACE_S", "120"))
+# How far ahead an order may start (portal/leasing/limits.py; issue 13).
+ORDER_BOOKING_HORIZON_DAYS = int(os.environ.get("GPUPOOL_BOOKING_HORIZON_DAYS", "90"))
 if GPUPOOL_SIMULATED_AGENTS:
     CELERY_BEAT_SCHEDULE["simulated-telemetry"] = {
         "task": "portal.leasing.tasks.simulate_telemetry",

@@ -19,7 +19,8 @@ from portal.core.errors import ApplicationError, PermissionDenied
 from portal.core.services import audit_record
 from portal.inventory.catalog import CATALOG
 from portal.inventory.models import Gpu
-from portal.leasing import states
+from portal.leasing import limits, states
+from portal.leasing.limits import MAX_GPUS_PER_NODE, MAX_NODES
 from portal.leasing.models import LOCK, MILLI_PER_SLOT, Lease, Locality, Priority, Quota
 from portal.leasing.models import LeaseState as S
 from portal.leasing.quotas import (
@@ -33,8 +34,6 @@ from portal.leasing.quotas import (
 from portal.tenants.access import AnyUser, require_role
 from portal.tenants.models import Membership, Role, Tenant
 
-MAX_GPUS_PER_NODE = 16
-MAX_NODES = 512
 START_GRACE = timedelta(minutes=5)  # "now" sent by a client a little late is still now
 
 
@@ -117,6 +116,7 @@ def _window(spec: OrderSpec, now: datetime) -> Window:
     start = spec.start_at or now
     if start < now - START_GRACE:
         raise _err("start_at", _("The start is in the past."))
+    limits.check_start(start, now)
     start = max(start, now)
     if spec.end_at is not None and spec.duration_hours is not None:
         raise _err("end_at", _("Give a duration or an end, not both."))
@@ -129,13 +129,14 @@ def _window(spec: OrderSpec, now: datetime) -> Window:
             raise _err("duration_hours", _("A number of hours.")) from None
         if not hours.is_finite() or hours <= 0:
             raise _err("duration_hours", _("Must be more than zero."))
-        if hours > 24 * 366:
-            raise _err("duration_hours", _("At most a year."))
+        if hours > limits.MAX_DURATION_HOURS:
+            raise limits.duration_error("duration_hours")
         end = start + timedelta(seconds=int(hours * 3600))
     else:
         raise _err("duration_hours", _("Give a duration or an end."))
     if end <= start:
         raise _err("end_at", _("The end must be after the start."))
+    limits.check_end(start, end)
     return Window(start, end)
 
 
@@ -338,6 +339,7 @@ def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
                                  "an on-demand order."), lease.end_at)
     if end_at <= lease.end_at:
         raise _err("end_at", _("The new end must be later than the current end."))
+    limits.check_end(lease.start_at, end_at)
     from portal.leasing import allocation, orchestration
 
     spec = OrderSpec(models=[lease.gpu_model] if lease.gpu_model else lease.allowed_models,
