@@ -13,7 +13,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import DecimalField, ExpressionWrapper, F, Sum
+from django.db.models import Count, DecimalField, ExpressionWrapper, F, Q, Sum
 
 from portal.billing import selectors
 from portal.billing.models import Invoice
@@ -80,3 +80,37 @@ def statement(*, tenant: Tenant, month: date) -> Statement | None:
         "usage_total": invoice.usage_total, "credit_total": invoice.credit_total,
         "total": invoice.total}
     return Statement(invoice, _usage_lines(tenant, invoice.month), credits, totals)
+
+
+def lease_money(lease: Any) -> dict[str, Any] | None:
+    """What a lease costs, for its page: the unit price, and the cost — metered once it has
+    ended (failure credits deducted), estimated for the whole window while it waits or runs.
+    ``None`` for a lease that never ran and never will (cancelled, rejected). 3–4 queries."""
+    from portal.billing.models import CreditLine, UsageRecord
+    from portal.billing.pricing import PriceBook, estimate
+    from portal.leasing.models import LeaseState
+
+    ended = lease.ended_at is not None or lease.state in (
+        LeaseState.ENDED, LeaseState.EXPIRED, LeaseState.PREEMPTED, LeaseState.FAILED,
+        LeaseState.CANCELLED, LeaseState.REJECTED)
+    if ended and lease.active_at is None:
+        return None
+    model = lease.gpu_model or next(iter(lease.allowed_models or []), "")
+    book = PriceBook(lease.tenant)
+    rate = book.rate(model, lease.priority, lease.active_at or lease.start_at)
+    usage = UsageRecord.objects.filter(lease=lease).aggregate(
+        cost=Sum("cost"), open=Count("id", filter=Q(closed=False)))
+    billed = usage["cost"]
+    gpus = Decimal(lease.gpu_count * lease.nodes * lease.gpu_milli) / 1000
+    final = ended and billed is not None and not usage["open"]
+    if final:
+        credits = CreditLine.objects.filter(lease=lease).aggregate(s=Sum("amount"))["s"]
+        cost = Decimal(billed) + (credits or 0)
+    else:
+        begin = lease.active_at or lease.start_at
+        stop = max(lease.ended_at or lease.end_at, begin) if ended else lease.end_at
+        cost = estimate(tenant=lease.tenant, gpu_model=model, priority=lease.priority,
+                        gpus=gpus, start=begin, end=stop, book=book)[0]
+    return {"unit_price": rate.unit_price, "currency": rate.currency, "cost": cost,
+            "billed": billed, "final": final, "ended": ended, "gpus": gpus,
+            "hourly": (rate.unit_price * gpus).quantize(CENT)}

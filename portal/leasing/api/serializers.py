@@ -84,6 +84,8 @@ class QuoteSerializer(serializers.Serializer[None]):
     fits_quota = serializers.BooleanField()
     fits_budget = serializers.BooleanField()
     model = serializers.CharField(allow_null=True)
+    unit_price = serializers.DecimalField(max_digits=14, decimal_places=4, allow_null=True,
+                                          help_text="per GPU-hour at the start, in currency")
     alternatives = serializers.ListField(child=serializers.DictField())
     messages = serializers.ListField(child=serializers.CharField())
 

@@ -63,3 +63,24 @@ def models_of(lease: Any) -> str:
 def reason(text: Any) -> Any:
     """A leasing event reason in the page's language when it is one of the fixed ones."""
     return labels.REASONS.get(str(text), text)
+
+
+@register.filter
+def shown_state(lease: Any) -> str:
+    from portal.web import waits
+
+    return waits.shown_state(lease)
+
+
+@register.filter
+def shown_start(lease: Any) -> Any:
+    from portal.web import waits
+
+    return waits.shown_start(lease)
+
+
+@register.filter
+def wait_sentence(lease: Any) -> str:
+    from portal.web import waits
+
+    return waits.lease_wait(lease)
