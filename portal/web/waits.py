@@ -34,7 +34,7 @@ def sentence(reason: str | None, *, gpus: Any, models: str, earliest: datetime |
     if not reason:
         return ""
     n = {"gpus": _gpus(gpus), "models": models, "earliest": _when(earliest),
-         "locality": locality}
+         "locality": locality or _("the required locality")}
     texts = {
         "no_matching_gpus": _("No node of the pool can ever hold %(gpus)s GPUs of %(models)s "
                               "in this shape; order fewer GPUs per node or another model."),
@@ -69,6 +69,14 @@ def lease_wait(lease: Any) -> str:
                     models=lease.gpu_model or " / ".join(lease.allowed_models or []),
                     earliest=lease.earliest_start,
                     locality=str(labels.LOCALITIES.get(lease.locality, lease.locality)).lower())
+
+
+def quote_wait(quote: Any) -> str:
+    """The sentence for a quote that cannot start when asked ('' when it can)."""
+    if quote.placeable_now:
+        return ""
+    return sentence(quote.reason, gpus=quote.gpus, models=quote.model or "",
+                    earliest=quote.earliest_start)
 
 
 def is_asap(lease: Any) -> bool:

@@ -84,3 +84,10 @@ def wait_sentence(lease: Any) -> str:
     from portal.web import waits
 
     return waits.lease_wait(lease)
+
+
+@register.filter
+def quote_wait(quote: Any) -> str:
+    from portal.web import waits
+
+    return waits.quote_wait(quote)
