@@ -219,6 +219,7 @@ LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True  # storage is always UTC
+FORMAT_MODULE_PATH = ["portal.web.formats"]  # zh-hans numbers with a thousands separator
 
 # --- Static -------------------------------------------------------------------------
 STATIC_URL = "/static/"
