@@ -116,10 +116,10 @@ class PriceBook:
             if row.priority != priority or row.effective_from > at:
                 continue
             if row.gpu_model == gpu_model:
-                return row.unit_price
+                return Decimal(row.unit_price)
             if row.gpu_model == "" and best is None:
                 best = row
-        return best.unit_price if best else None
+        return Decimal(best.unit_price) if best else None
 
     def list_price(self, gpu_model: str, priority: str, at: datetime) -> Decimal:
         """The tenant-currency row; else the base price converted (module docstring)."""

@@ -31,7 +31,7 @@ class Statement:
 
     @property
     def is_draft(self) -> bool:
-        return self.invoice.status == Invoice.Status.DRAFT
+        return bool(self.invoice.status == Invoice.Status.DRAFT)
 
 
 def invoice_for(*, tenant: Tenant, month: date) -> Invoice | None:

@@ -58,8 +58,8 @@ CHOICES: dict[str, dict[str, object]] = {
     "credit_kind": {"failure": _("Platform failure"), "manual": _("Manual")},
     "partition_state": {"active": pgettext_lazy("partition state", "Active"),
                         "quarantined": _("Quarantined")},
-    "priority": dict(PRIORITIES),
-    "lease_state": dict(STATES),
+    "priority": {str(k): v for k, v in PRIORITIES.items()},
+    "lease_state": {str(k): v for k, v in STATES.items()},
     "audit_filter": {"action": _("Action"), "actor": _("Who"), "tenant": _("Tenant"),
                      "object_type": _("Object type")},
 }

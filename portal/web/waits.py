@@ -81,7 +81,7 @@ def quote_wait(quote: Any) -> str:
 
 def is_asap(lease: Any) -> bool:
     """Ordered to start as soon as possible (its start is its order time), not booked."""
-    return lease.start_at <= lease.created + ASAP_GRACE
+    return bool(lease.start_at <= lease.created + ASAP_GRACE)
 
 
 def shown_state(lease: Any) -> str:
