@@ -184,6 +184,10 @@ GPUPOOL_RELEASE_TIMEOUT_S = int(os.environ.get("GPUPOOL_RELEASE_TIMEOUT_S", "300
 GPUPOOL_PREEMPT_GRACE_S = int(os.environ.get("GPUPOOL_PREEMPT_GRACE_S", "120"))
 # How far ahead an order may start (portal/leasing/limits.py; issue 13).
 ORDER_BOOKING_HORIZON_DAYS = int(os.environ.get("GPUPOOL_BOOKING_HORIZON_DAYS", "90"))
+# Exchange rates from the base currency (USD) for tenants without their own price rows
+# ("CNY=7.2,EUR=0.92"; default: portal/billing/pricing.py DEFAULT_FX_RATES; ADR 0108).
+if os.environ.get("GPUPOOL_FX_RATES"):
+    BILLING_FX_RATES = dict(i.split("=", 1) for i in env_list("GPUPOOL_FX_RATES", ""))
 if GPUPOOL_SIMULATED_AGENTS:
     CELERY_BEAT_SCHEDULE["simulated-telemetry"] = {
         "task": "portal.leasing.tasks.simulate_telemetry",
