@@ -77,3 +77,19 @@ def test_newcomer_operator_lands_on_the_console(stack: str, page: Any) -> None:
     assert "You belong to no tenant yet" not in page.inner_text("main")
     link = page.locator("header [data-testid=console-link]")
     assert link.count() == 1 and link.get_attribute("href") == "/console/"
+
+
+def test_newcomer_far_start_date_is_explained_in_the_live_preview(stack: str,
+                                                                  page: Any) -> None:
+    """9999-12-31 was a 500 (OverflowError) behind the preview; now a 400 whose fragment
+    htmx swaps in (htmx-config responseHandling), naming the limit."""
+    sign_in_as(page, stack, "acme-member")
+    page.goto(stack + "/order/")
+    page.locator("[data-testid=quote]").wait_for()
+    page.get_by_label("At a chosen time").check()
+    page.get_by_label("Start at (UTC)").fill("9999-12-31T00:00")
+    page.get_by_label("Start at (UTC)").dispatch_event("change")
+    page.wait_for_function(
+        "() => document.querySelector('#quote').textContent.includes('days ahead')")
+    assert "at most 90 days ahead" in page.inner_text("#quote")
+    shot(page, "order-far-start")
