@@ -155,24 +155,33 @@ def check_limits(tenant: Tenant, spec: OrderSpec, window: Window, models: list[s
     if count_pending and pending_orders(tenant) >= _max_pending(tenant, models):
         raise _err("non_field_errors", _("Too many orders are waiting; cancel one first."),
                    OrderRejected)
+    quotas = {model: quota_for(tenant, model) for model in models}
+    _check_rows([q for q in quotas.values() if q is not None], spec, window)
     refusals: list[ApplicationError] = []
-    for model in models:
-        quota = quota_for(tenant, model)
+    for model, quota in quotas.items():
         if quota is None:
             return
-        if window.hours > quota.max_lease_hours:
-            raise _err("duration_hours", _("At most %(hours)s hours per lease.")
-                       % {"hours": quota.max_lease_hours}, OrderRejected)
-        if spec.priority == Priority.SPOT and not quota.allow_spot:
-            raise _err("priority", _("Spot leases are not enabled for this tenant."),
-                       OrderRejected)
         held = gpus_held(tenant, model, window.start, window.end, exclude_lease)
         refusal = (_quota_refusal(model, quota.max_gpus, held) if held + total > quota.max_gpus
                    else _budget_refusal(tenant, model, quota, window, total, exclude_lease))
         if refusal is None:
             return
         refusals.append(refusal)
+    if not refusals:
+        raise _err("models", _("The pool has no GPUs of the requested model(s)."),
+                   OrderRejected)
     raise refusals[0]
+
+
+def _check_rows(rows: list[Quota], spec: OrderSpec, window: Window) -> None:
+    """Duration and spot: every acceptable model's quota row must allow them."""
+    for quota in rows:
+        if window.hours > quota.max_lease_hours:
+            raise _err("duration_hours", _("At most %(hours)s hours per lease.")
+                       % {"hours": quota.max_lease_hours}, OrderRejected)
+        if spec.priority == Priority.SPOT and not quota.allow_spot:
+            raise _err("priority", _("Spot leases are not enabled for this tenant."),
+                       OrderRejected)
 
 
 def _quota_refusal(model: str, limit: int, held: Decimal) -> ApplicationError:

@@ -78,3 +78,18 @@ def test_dashboard_shows_metered_and_committed_hours_apart(two_models: dict[str,
     active_lease(two_models)
     body = alice.get("/").content.decode()
     assert "metered 0.0" in body and "committed 16.0" in body
+
+
+def test_budget_per_model_an_order_for_either_model_fits_on_the_one_with_room(
+        two_models: dict[str, Any]) -> None:
+    """A100's budget (1 GPU-hour) cannot take 2 GPU-hours, H100's can: the order fits."""
+    lease = order(two_models, models=["A100", "H100"], gpu_count=1, duration_hours=Decimal(2))
+    assert lease.state == "queued"
+
+
+def test_budget_per_model_duration_limit_of_every_acceptable_model_still_applies(
+        two_models: dict[str, Any]) -> None:
+    Quota.objects.filter(tenant=two_models["a"], gpu_model="A100").update(max_lease_hours=4)
+    with pytest.raises(services.OrderRejected) as err:
+        order(two_models, models=["A100", "H100"], gpu_count=1, duration_hours=Decimal(8))
+    assert err.value.fields == {"duration_hours": ["At most 4 hours per lease."]}
