@@ -80,9 +80,9 @@ def lease_calendar(request: HttpRequest) -> HttpResponse:
     span = (end - start).total_seconds()
     rows = []
     for lease in leases:
-        a = max(lease.start_at, start)
-        b = min(lease.ended_at or lease.end_at, end)
-        rows.append({"lease": lease,
+        begin, finish = _calendar_span(lease, now)
+        a, b = max(begin, start), min(finish, end)
+        rows.append({"lease": lease, "begin": begin, "finish": finish,
                      "left": round(100 * (a - start).total_seconds() / span, 2),
                      "width": max(0.8, round(100 * (b - a).total_seconds() / span, 2))})
     days = [start + timedelta(days=i) for i in range(CALENDAR_DAYS)]
@@ -91,6 +91,18 @@ def lease_calendar(request: HttpRequest) -> HttpResponse:
         "rows": rows, "days": days, "start": start, "end": end, "weeks": weeks,
         "now_pct": now_pct,
     })
+
+
+def _calendar_span(lease: Any, now: datetime) -> tuple[datetime, datetime]:
+    """Where a lease sits on the calendar: a waiting order (ordered "as soon as possible")
+    from its earliest start, else from now, for its duration — not from its order time."""
+    from portal.web import waits
+
+    if lease.active_at is None and lease.state in (LeaseState.REQUESTED, LeaseState.QUEUED) \
+            and waits.is_asap(lease):
+        begin = max(lease.earliest_start or now, now)
+        return begin, begin + (lease.end_at - lease.start_at)
+    return lease.active_at or lease.start_at, lease.ended_at or lease.end_at
 
 
 def _lease(request: HttpRequest, lease_id: Any) -> Any:

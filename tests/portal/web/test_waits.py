@@ -96,3 +96,15 @@ def test_waits_preview_says_why_in_words(alice: Client) -> None:
     why = re.search(r'data-testid="wait-reason">(.*?)</p>', body, re.S)
     assert why and "not within the required locality" in why.group(1)
     assert "topology" not in why.group(1)
+
+
+def test_waits_calendar_places_a_waiting_order_at_its_earliest_start(
+        pool: dict[str, Any], alice: Client) -> None:
+    """Old code drew a waiting order from its order time (a start it never had)."""
+    lease = order(pool)
+    at = clock.now() + timedelta(hours=5)
+    Lease.objects.filter(pk=lease.pk).update(state="queued", wait_reason="insufficient_capacity",
+                                             earliest_start=at)
+    rows = alice.get(reverse("web:calendar")).context["rows"]
+    row = next(r for r in rows if r["lease"].pk == lease.pk)
+    assert (row["begin"], row["finish"]) == (at, at + timedelta(hours=2))
