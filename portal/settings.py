@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "rest_framework",
     "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI and ReDoc served from static files, not a CDN
     "django_htmx",
     "channels",
     "axes",
@@ -186,6 +187,12 @@ GPUPOOL_INVITATION_DAYS = int(os.environ.get("GPUPOOL_INVITATION_DAYS", "7"))
 # Desired-state long-polls: "listen" (PostgreSQL LISTEN/NOTIFY, portal/fleet/wakeup.py) or
 # "poll" (e.g. behind PgBouncer in transaction mode, where LISTEN does not work).
 GPUPOOL_DESIRED_WAKEUP = os.environ.get("GPUPOOL_DESIRED_WAKEUP", "listen")
+# How far ahead an order may start (portal/leasing/limits.py; issue 13).
+ORDER_BOOKING_HORIZON_DAYS = int(os.environ.get("GPUPOOL_BOOKING_HORIZON_DAYS", "90"))
+# Exchange rates from the base currency (USD) for tenants without their own price rows
+# ("CNY=7.2,EUR=0.92"; default: portal/billing/pricing.py DEFAULT_FX_RATES; ADR 0108).
+if os.environ.get("GPUPOOL_FX_RATES"):
+    BILLING_FX_RATES = dict(i.split("=", 1) for i in env_list("GPUPOOL_FX_RATES", ""))
 if GPUPOOL_SIMULATED_AGENTS:
     CELERY_BEAT_SCHEDULE["simulated-telemetry"] = {
         "task": "portal.leasing.tasks.simulate_telemetry",
@@ -221,6 +228,7 @@ LOCALE_PATHS = [BASE_DIR / "locale"]
 TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
 USE_I18N = True
 USE_TZ = True  # storage is always UTC
+FORMAT_MODULE_PATH = ["portal.web.formats"]  # zh-hans numbers with a thousands separator
 
 # --- Static -------------------------------------------------------------------------
 STATIC_URL = "/static/"
@@ -288,6 +296,9 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
     "COMPONENT_SPLIT_REQUEST": True,
     "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
     "ENUM_NAME_OVERRIDES": {
         "TenantRoleEnum": "portal.tenants.models.Role",
         "SwitchRoleEnum": "portal.inventory.models.Switch.Role",

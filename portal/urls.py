@@ -10,9 +10,11 @@ from drf_spectacular.views import (
 from portal.core import views as core_views
 from portal.core.throttles import throttled
 from portal.web.views import account as account_views
+from portal.web.views import assets as asset_views
 
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
+    path("favicon.ico", asset_views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("accounts/login/", throttled("login")(auth_views.LoginView.as_view()), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),

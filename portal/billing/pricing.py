@@ -1,8 +1,14 @@
 """The price book: what one GPU-hour costs a tenant at a moment (docs/billing.md).
 
 Rounding (ADR 0005): unit prices carry 4 decimals; a charge line (one lease, one hour) costs
-``gpus * seconds * unit_price / 3600`` rounded ROUND_HALF_UP to the cent; every total
-(estimate, invoice) is the sum of its rounded lines.
+``gpus * seconds * unit_price / 3600`` rounded ROUND_HALF_UP to the cent; an invoice is the
+sum of its rounded lines. A quote (``estimate``) is the exact amount of the window, rounded
+once (ADR 0108: the hourly lines of a lease that has not started cannot be known).
+
+Currency (ADR 0108): a tenant is priced in its own currency only. A price row in that
+currency wins; otherwise the base-currency price (row or default) is converted at the rate
+``BILLING_FX_RATES`` names for it; a currency with neither is refused (``PriceUnavailable``)
+— never a base-currency number labelled with the tenant's currency.
 """
 
 from __future__ import annotations
@@ -13,8 +19,10 @@ from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
 from portal.billing.models import Price, TenantContract
+from portal.core.errors import ApplicationError
 from portal.tenants.models import Tenant
 
 CENT = Decimal("0.01")
@@ -22,6 +30,30 @@ UNIT = Decimal("0.0001")
 HOUR = timedelta(hours=1)
 DEFAULT_LIST_PRICES = {"on_demand": Decimal("2.5000"), "reserved": Decimal("2.0000"),
                        "spot": Decimal("1.0000")}
+
+
+# Base currency → tenant currency, per unit of base currency (operators set their own).
+DEFAULT_FX_RATES = {"CNY": "7.2000", "EUR": "0.9200"}
+
+
+class PriceUnavailable(ApplicationError):
+    code = "price_unavailable"
+
+
+def base_currency() -> str:
+    return str(getattr(settings, "BILLING_BASE_CURRENCY", "USD"))
+
+
+def fx_rate(currency: str) -> Decimal:
+    """Units of ``currency`` per unit of the base currency (1 for the base itself)."""
+    if currency == base_currency():
+        return Decimal(1)
+    table = getattr(settings, "BILLING_FX_RATES", None) or DEFAULT_FX_RATES
+    if currency not in table:
+        message = _("No prices in %(currency)s: the operator sets a price book or an "
+                    "exchange rate for it.") % {"currency": currency}
+        raise PriceUnavailable(message, fields={"currency": [message]})
+    return Decimal(str(table[currency]))
 
 
 def default_list_price(priority: str) -> Decimal:
@@ -68,21 +100,38 @@ class PriceBook:
     def __init__(self, tenant: Tenant) -> None:
         self.tenant = tenant
         self.currency = tenant.currency
-        self.prices = list(Price.objects.filter(currency=self.currency)
-                           .order_by("-effective_from"))
+        self.base = base_currency()
+        rows = list(Price.objects.filter(currency__in={self.currency, self.base})
+                    .order_by("-effective_from"))
+        self.prices = [r for r in rows if r.currency == self.currency]
+        self.base_prices = [r for r in rows if r.currency == self.base]
         self.contracts = list(TenantContract.objects.filter(tenant=tenant)
                               .order_by("-effective_from"))
 
-    def list_price(self, gpu_model: str, priority: str, at: datetime) -> Decimal:
+    @staticmethod
+    def _lookup(rows: list[Price], gpu_model: str, priority: str,
+                at: datetime) -> Decimal | None:
         best: Price | None = None
-        for row in self.prices:  # newest first
+        for row in rows:  # newest first
             if row.priority != priority or row.effective_from > at:
                 continue
             if row.gpu_model == gpu_model:
-                return row.unit_price
+                return Decimal(row.unit_price)
             if row.gpu_model == "" and best is None:
                 best = row
-        return best.unit_price if best else default_list_price(priority)
+        return Decimal(best.unit_price) if best else None
+
+    def list_price(self, gpu_model: str, priority: str, at: datetime) -> Decimal:
+        """The tenant-currency row; else the base price converted (module docstring)."""
+        own = self._lookup(self.prices, gpu_model, priority, at)
+        if own is not None:
+            return own
+        base = self._lookup(self.base_prices, gpu_model, priority, at)
+        if base is None:
+            base = default_list_price(priority)
+        if self.currency == self.base:
+            return base
+        return (base * fx_rate(self.currency)).quantize(UNIT, rounding=ROUND_HALF_UP)
 
     def contract(self, gpu_model: str, priority: str, at: datetime) -> TenantContract | None:
         found = [c for c in self.contracts
@@ -106,15 +155,23 @@ class PriceBook:
 
 
 def estimate(*, tenant: Tenant, gpu_model: str, priority: str, gpus: Decimal,
-             start: datetime, end: datetime) -> tuple[Decimal, str]:
-    """What a lease of ``gpus`` GPUs during [start, end) would cost: (amount, currency).
+             start: datetime, end: datetime,
+             book: PriceBook | None = None) -> tuple[Decimal, str]:
+    """What a lease of ``gpus`` GPUs during [start, end) costs at today's book: the exact
+    amount over every hour's rate, rounded once to the cent (amount, currency).
 
-    Exactly what metering would charge if the lease ran the whole period at today's book.
+    Old versions summed rounded hourly lines of whole seconds: a start with microseconds
+    lost a second and the sum drifted (39.99 quoted for 2 GPUs × 8 h at 2.50).
     """
-    book = PriceBook(tenant)
-    total = Decimal("0.00")
+    book = book or PriceBook(tenant)
+    exact = Decimal(0)
     for period_start, _end, used_from, used_to in hours(start, end):
-        seconds = int((used_to - used_from).total_seconds())
+        micros = Decimal((used_to - used_from) // timedelta(microseconds=1))
         rate = book.rate(gpu_model, priority, period_start)
-        total += line_cost(gpus=Decimal(gpus), seconds=seconds, unit_price=rate.unit_price)
-    return total, book.currency
+        exact += Decimal(gpus) * micros * rate.unit_price / Decimal(3600 * 10**6)
+    return money(exact), book.currency
+
+
+def unit_price(*, tenant: Tenant, gpu_model: str, priority: str, at: datetime) -> Rate:
+    """The rate per GPU-hour at ``at`` (what the quote and the lease page show)."""
+    return PriceBook(tenant).rate(gpu_model, priority, at)

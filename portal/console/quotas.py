@@ -18,12 +18,13 @@ from portal.console import selectors
 from portal.console.services import _staff
 from portal.core.errors import ApplicationError
 from portal.core.services import audit_record, model_changes
+from portal.leasing.limits import MAX_DURATION_HOURS
 from portal.leasing.models import Quota
 from portal.tenants.models import Tenant
 
 INT_MAX = 2_147_483_647  # PositiveIntegerField on PostgreSQL
 LIMITS = {"max_gpus": 1_000_000, "guaranteed_gpus": 1_000_000,
-          "max_lease_hours": 24 * 366 * 10, "max_pending_orders": 100_000}
+          "max_lease_hours": MAX_DURATION_HOURS, "max_pending_orders": 100_000}
 BUDGET_MAX = Decimal("9999999999.99")  # max_digits=12, decimal_places=2
 FIELDS = ["max_gpus", "guaranteed_gpus", "gpu_hour_budget", "max_lease_hours",
           "max_pending_orders", "allow_spot", "allow_borrowing"]
@@ -102,7 +103,8 @@ def quota_warnings(*, tenant: Tenant, gpu_model: str, max_gpus: int,
     if gpu_hour_budget is not None and (
             before is None or before.gpu_hour_budget is None
             or gpu_hour_budget < before.gpu_hour_budget):
-        used = selectors.gpu_hours_this_month(tenant)
+        row = Quota(tenant=tenant, gpu_model=gpu_model)
+        used = selectors.gpu_hours_this_month(tenant, row)
         if gpu_hour_budget < used:
             out["gpu_hour_budget"] = _(
                 "%(used)s GPU-hours are already used or planned this month, more than "

@@ -14,7 +14,7 @@ from portal.core import clock
 from portal.core.models import AuditLog
 from portal.inventory.models import Gpu, Node, Switch, SwitchLink
 from portal.leasing.models import SLOTS_PER_GPU, Allocation, Lease, LeaseState, Quota
-from portal.leasing.quotas import gpu_hours_committed, month_bounds
+from portal.leasing.quotas import gpu_hours_used, month_bounds, quota_hours_used
 from portal.tenants.models import Tenant
 
 LIVE = [LeaseState.SCHEDULED, LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.RELEASING]
@@ -135,10 +135,22 @@ def quota_in_use(gpu_model: str, held: dict[str, Decimal], own_rows: set[str]) -
     return max((v for m, v in held.items() if m not in own_rows), default=Decimal(0))
 
 
-def gpu_hours_this_month(tenant: Tenant) -> Decimal:
-    """GPU-hours of the month counted against the budget (used so far plus planned)."""
-    start, end = month_bounds(clock.now())
-    return gpu_hours_committed(tenant, start, end).quantize(Decimal("0.01"))
+def gpu_hours_this_month(tenant: Tenant, quota: Quota | None = None) -> Decimal:
+    """GPU-hours of the month counted against a budget (metered plus committed): the quota
+    row's own (see ``portal.leasing.quotas.quota_hours_used``), or without a row the
+    tenant's total over every model."""
+    now = clock.now()
+    if quota is not None:
+        return quota_hours_used(tenant, quota, now).total.quantize(Decimal("0.01"))
+    start, end = month_bounds(now)
+    models = set(Allocation.objects.filter(lease__tenant=tenant)
+                 .values_list("gpu__model", flat=True).distinct())
+    models |= {m for row in Lease.objects.filter(tenant=tenant, start_at__lt=end,
+                                                    end_at__gt=start)
+               .values_list("allowed_models", flat=True) for m in row}
+    total = sum((gpu_hours_used(tenant, m, start, end, now).total for m in sorted(models)),
+                Decimal(0))
+    return total.quantize(Decimal("0.01"))
 
 
 def tenant_detail(tenant: Tenant) -> dict[str, Any]:

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
@@ -72,3 +80,46 @@ def _demo_orders(tenants: dict[str, Tenant], users: dict[str, object]) -> None:
     order_create(actor=users["lotus-member"], tenant=tenants["lotus"],  # type: ignore[arg-type]
                  spec=OrderSpec(models=["A100"], gpu_count=1, gpu_milli=500,
                                 duration_hours=Decimal(4), name="notebook"))
+
+
+# --- the demo's console (issue 13, finding 10: ~200 lines a minute buried the URL) -------
+QUIET_LOGGERS = ("celery", "kombu", "amqp", "uvicorn.access", "uvicorn.error")
+
+
+def configure_output(*, verbose: bool, mail_dir: Path) -> None:
+    """gpupool logs at INFO; Celery, the server's access log and e-mails stay at WARNING
+    unless ``verbose``: mails go to files in ``mail_dir`` instead of the console."""
+    logging.getLogger("portal").setLevel(logging.INFO)
+    if verbose:
+        return
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    mail_dir.mkdir(parents=True, exist_ok=True)
+    settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    settings.EMAIL_FILE_PATH = str(mail_dir)
+
+
+def banner(url: str, mail_dir: Path | None) -> str:
+    logins = ", ".join(u for u, _, _ in DEMO_USERS)
+    lines = [f"  gpupool demo: {url}", f"  console:      {url}console/  (operator)",
+             f"  API docs:     {url}api/docs/",
+             f"  logins:       {logins} (password: {DEMO_PASSWORD})"]
+    if mail_dir is not None:
+        lines.append(f"  e-mails:      written to {mail_dir}/ (--verbose prints them)")
+    return "\n" + "\n".join(lines) + "\n"
+
+
+def announce_when_started(server: Any, write: Callable[[str], Any], text: str,
+                          timeout_s: float = 60.0) -> threading.Thread:
+    """Write ``text`` once ``server.started`` (uvicorn's flag) is true: the banner comes
+    after the server's own start-up lines, as the last thing on the console."""
+
+    def wait() -> None:
+        deadline = time.monotonic() + timeout_s
+        while not getattr(server, "started", False) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        write(text)
+
+    thread = threading.Thread(target=wait, name="demo-banner", daemon=True)
+    thread.start()
+    return thread

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from calendar import monthrange
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -44,23 +45,74 @@ def gpus_held(tenant: Tenant, model: str, start: datetime, end: datetime,
     return Decimal(slots.count()) / 8
 
 
-def gpu_hours_committed(tenant: Tenant, month_start: datetime, month_end: datetime,
-                        exclude_lease: object = None) -> Decimal:
-    """GPU-hours of the tenant's leases inside the month: used so far plus planned."""
-    total = Decimal(0)
+@dataclass(frozen=True)
+class HoursUsed:
+    """A model's GPU-hours in one month, the two parts apart.
+
+    ``metered``: run so far (what billing meters: ``active_at`` to the earliest of the end,
+    the release and now). ``committed``: still to come, of leases placed or waiting (from
+    the later of their start and now to their end). The budget is charged with both.
+    """
+
+    metered: Decimal
+    committed: Decimal
+
+    @property
+    def total(self) -> Decimal:
+        return self.metered + self.committed
+
+
+def _clipped_hours(begin: datetime, finish: datetime, lo: datetime, hi: datetime) -> Decimal:
+    seconds = (min(finish, hi) - max(begin, lo)).total_seconds()
+    return Decimal(max(seconds, 0)) / 3600
+
+
+def _counts_for(lease: Lease, model: str) -> bool:
+    """A placed lease counts for its model; a waiting one for every model it may land on."""
+    return lease.gpu_model == model if lease.gpu_model else model in lease.allowed_models
+
+
+def gpu_hours_used(tenant: Tenant, model: str, month_start: datetime, month_end: datetime,
+                   now: datetime, exclude_lease: object = None) -> HoursUsed:
+    """Metered and committed GPU-hours of ``model`` inside [month_start, month_end)."""
     qs = Lease.objects.filter(tenant=tenant).filter(
         Q(state__in=COMMITTED) | Q(active_at__isnull=False)).filter(
         start_at__lt=month_end, end_at__gt=month_start)
     if exclude_lease is not None:
         qs = qs.exclude(pk=exclude_lease)
+    metered = committed = Decimal(0)
     for lease in qs.only("start_at", "end_at", "active_at", "ended_at", "gpu_count", "nodes",
-                         "gpu_milli", "state"):
-        begin = max(lease.active_at or lease.start_at, month_start)
-        finish = min(lease.ended_at or lease.end_at, month_end)
-        if finish > begin:
-            hours = Decimal((finish - begin).total_seconds()) / 3600
-            total += hours * Decimal(str(lease.total_gpus))
-    return total
+                         "gpu_milli", "state", "gpu_model", "allowed_models"):
+        if not _counts_for(lease, model):
+            continue
+        gpus = Decimal(str(lease.total_gpus))
+        if lease.active_at is not None:
+            stop = min(lease.ended_at or now, lease.end_at, now)
+            metered += _clipped_hours(lease.active_at, stop, month_start, month_end) * gpus
+        if lease.state in COMMITTED and lease.ended_at is None:
+            begin = max(lease.start_at, now, lease.active_at or lease.start_at)
+            committed += _clipped_hours(begin, lease.end_at, month_start, month_end) * gpus
+    return HoursUsed(metered, committed)
+
+
+def budget_models(tenant: Tenant, quota: Quota) -> list[str]:
+    """The models whose hours a quota row's budget limits (the tenant-wide row: each model
+    without its own row, each on its own, as ``quota_for`` applies it)."""
+    if quota.gpu_model:
+        return [quota.gpu_model]
+    own = set(Quota.objects.filter(tenant=tenant).exclude(gpu_model="")
+              .values_list("gpu_model", flat=True))
+    from portal.inventory.catalog import CATALOG
+
+    return [m for m in sorted(CATALOG) if m not in own]
+
+
+def quota_hours_used(tenant: Tenant, quota: Quota, now: datetime) -> HoursUsed:
+    """What a quota row's budget is charged with this month: its model's hours (for the
+    tenant-wide row, the busiest model it limits)."""
+    start, end = month_bounds(now)
+    rows = [gpu_hours_used(tenant, m, start, end, now) for m in budget_models(tenant, quota)]
+    return max(rows, key=lambda r: r.total, default=HoursUsed(Decimal(0), Decimal(0)))
 
 
 def pending_orders(tenant: Tenant) -> int:

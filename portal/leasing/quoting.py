@@ -10,7 +10,7 @@ from typing import Any
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from portal.billing.pricing import estimate
+from portal.billing.pricing import estimate, unit_price
 from portal.core import clock
 from portal.core.errors import ApplicationError
 from portal.leasing import allocation
@@ -39,6 +39,11 @@ class QuoteResult:
     fits_quota: bool
     fits_budget: bool
     model: str | None = None
+    unit_price: Decimal | None = None  # per GPU-hour at the start, in ``currency``
+    gpus: Decimal = Decimal(1)
+    hours: Decimal = Decimal(0)
+    start: datetime | None = None  # the window's start (later than now for a booking)
+    starts_later: bool = False
     alternatives: list[dict[str, Any]] = field(default_factory=list)
     messages: list[str] = field(default_factory=list)
 
@@ -101,6 +106,8 @@ def order_quote(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec) -> QuoteResu
         gpus = Decimal(spec.gpu_count * spec.nodes * spec.gpu_milli) / 1000
         price, currency = estimate(tenant=tenant, gpu_model=model, priority=spec.priority,
                                    gpus=gpus, start=window.start, end=window.end)
+        rate = unit_price(tenant=tenant, gpu_model=model, priority=spec.priority,
+                          at=window.start)
         earliest = allocation.from_epoch(result.earliest_start)
         alternatives = [] if result.placeable_now else _alternatives(tenant, spec, window,
                                                                       now, models)
@@ -112,4 +119,7 @@ def order_quote(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec) -> QuoteResu
     return QuoteResult(price=price, currency=currency, placeable_now=result.placeable_now,
                        earliest_start=earliest, reason=result.reason.value if result.reason
                        else None, fits_quota=fits_quota, fits_budget=fits_budget, model=model,
+                       unit_price=rate.unit_price, gpus=gpus,
+                       hours=window.hours.quantize(Decimal("0.01")), start=window.start,
+                       starts_later=window.start > now + timedelta(minutes=1),
                        alternatives=alternatives, messages=messages)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -14,9 +15,11 @@ from portal.core import clock
 from portal.core.errors import NotFound
 from portal.inventory.models import HcaPort
 from portal.leasing.models import Allocation, Lease, LeaseEvent, Quota
-from portal.leasing.quotas import gpu_hours_committed, gpus_held, month_bounds
+from portal.leasing.quotas import gpus_held, quota_hours_used
 from portal.tenants.access import Who, is_staff, require_role, tenants_for
 from portal.tenants.models import Role, Tenant
+
+CENT = Decimal("0.01")
 
 
 def lease_list(*, user: Who, tenant: Tenant | None, state: str | None = None,
@@ -119,15 +122,17 @@ def lease_connection(*, lease: Lease) -> dict[str, Any]:
 def quota_usage(*, tenant: Tenant) -> list[dict[str, Any]]:
     """Per quota row: limits and what is in use now / this month."""
     now = clock.now()
-    month_start, month_end = month_bounds(now)
-    used_hours = gpu_hours_committed(tenant, month_start, month_end)
     out = []
     for quota in Quota.objects.filter(tenant=tenant).order_by("gpu_model"):
         in_use = gpus_held(tenant, quota.gpu_model, now, now + clock.timedelta_s(1)) \
             if quota.gpu_model else None
+        used = quota_hours_used(tenant, quota, now)
         out.append({"gpu_model": quota.gpu_model or None, "max_gpus": quota.max_gpus,
                     "guaranteed_gpus": quota.guaranteed_gpus, "in_use_gpus": in_use,
-                    "gpu_hour_budget": quota.gpu_hour_budget, "gpu_hours_this_month": used_hours,
+                    "gpu_hour_budget": quota.gpu_hour_budget,
+                    "gpu_hours_this_month": used.total.quantize(CENT),
+                    "gpu_hours_metered": used.metered.quantize(CENT),
+                    "gpu_hours_committed": used.committed.quantize(CENT),
                     "max_lease_hours": quota.max_lease_hours,
                     "max_pending_orders": quota.max_pending_orders,
                     "allow_spot": quota.allow_spot, "allow_borrowing": quota.allow_borrowing})

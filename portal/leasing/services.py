@@ -19,11 +19,12 @@ from portal.core.errors import ApplicationError, PermissionDenied
 from portal.core.services import audit_record
 from portal.inventory.catalog import CATALOG
 from portal.inventory.models import Gpu
-from portal.leasing import access_push, states
-from portal.leasing.models import LOCK, MILLI_PER_SLOT, Lease, Locality, Priority
+from portal.leasing import access_push, limits, states
+from portal.leasing.limits import MAX_GPUS_PER_NODE, MAX_NODES
+from portal.leasing.models import LOCK, MILLI_PER_SLOT, Lease, Locality, Priority, Quota
 from portal.leasing.models import LeaseState as S
 from portal.leasing.quotas import (
-    gpu_hours_committed,
+    gpu_hours_used,
     gpus_held,
     member_gpus,
     month_bounds,
@@ -33,8 +34,6 @@ from portal.leasing.quotas import (
 from portal.tenants.access import AnyUser, require_role
 from portal.tenants.models import Membership, Role, Tenant
 
-MAX_GPUS_PER_NODE = 16
-MAX_NODES = 512
 START_GRACE = timedelta(minutes=5)  # "now" sent by a client a little late is still now
 
 
@@ -117,6 +116,7 @@ def _window(spec: OrderSpec, now: datetime) -> Window:
     start = spec.start_at or now
     if start < now - START_GRACE:
         raise _err("start_at", _("The start is in the past."))
+    limits.check_start(start, now)
     start = max(start, now)
     if spec.end_at is not None and spec.duration_hours is not None:
         raise _err("end_at", _("Give a duration or an end, not both."))
@@ -129,13 +129,14 @@ def _window(spec: OrderSpec, now: datetime) -> Window:
             raise _err("duration_hours", _("A number of hours.")) from None
         if not hours.is_finite() or hours <= 0:
             raise _err("duration_hours", _("Must be more than zero."))
-        if hours > 24 * 366:
-            raise _err("duration_hours", _("At most a year."))
+        if hours > limits.MAX_DURATION_HOURS:
+            raise limits.duration_error("duration_hours")
         end = start + timedelta(seconds=int(hours * 3600))
     else:
         raise _err("duration_hours", _("Give a duration or an end."))
     if end <= start:
         raise _err("end_at", _("The end must be after the start."))
+    limits.check_end(start, end)
     return Window(start, end)
 
 
@@ -145,29 +146,49 @@ def _total_gpus(spec: OrderSpec) -> Decimal:
 
 def check_limits(tenant: Tenant, spec: OrderSpec, window: Window, models: list[str],
                  exclude_lease: object = None, count_pending: bool = True) -> None:
-    """Quota, duration, pending orders, spot and budget. Raises with the field named."""
+    """Quota, duration, pending orders, spot and budget. Raises with the field named.
+
+    The order fits if one of its models has both GPU quota and GPU-hour budget left, each
+    checked against that model's own usage; else the first model's refusal is raised.
+    """
     total = _total_gpus(spec)
     if count_pending and pending_orders(tenant) >= _max_pending(tenant, models):
         raise _err("non_field_errors", _("Too many orders are waiting; cancel one first."),
                    OrderRejected)
-    fitting = []
-    for model in models:
-        quota = quota_for(tenant, model)
+    quotas = {model: quota_for(tenant, model) for model in models}
+    _check_rows([q for q in quotas.values() if q is not None], spec, window)
+    refusals: list[ApplicationError] = []
+    for model, quota in quotas.items():
         if quota is None:
-            fitting.append(model)
-            continue
+            return
+        held = gpus_held(tenant, model, window.start, window.end, exclude_lease)
+        refusal = (_quota_refusal(model, quota.max_gpus, held) if held + total > quota.max_gpus
+                   else _budget_refusal(tenant, model, quota, window, total, exclude_lease))
+        if refusal is None:
+            return
+        refusals.append(refusal)
+    if not refusals:
+        raise _err("models", _("The pool has no GPUs of the requested model(s)."),
+                   OrderRejected)
+    raise refusals[0]
+
+
+def _check_rows(rows: list[Quota], spec: OrderSpec, window: Window) -> None:
+    """Duration and spot: every acceptable model's quota row must allow them."""
+    for quota in rows:
         if window.hours > quota.max_lease_hours:
             raise _err("duration_hours", _("At most %(hours)s hours per lease.")
                        % {"hours": quota.max_lease_hours}, OrderRejected)
         if spec.priority == Priority.SPOT and not quota.allow_spot:
             raise _err("priority", _("Spot leases are not enabled for this tenant."),
                        OrderRejected)
-        held = gpus_held(tenant, model, window.start, window.end, exclude_lease)
-        if held + total <= quota.max_gpus:
-            fitting.append(model)
-    if not fitting:
-        raise _err("gpu_count", _("This would exceed your GPU quota."), OrderRejected)
-    _check_budget(tenant, models, window, total, exclude_lease)
+
+
+def _quota_refusal(model: str, limit: int, held: Decimal) -> ApplicationError:
+    left = max(Decimal(limit) - held, Decimal(0))
+    return _err("gpu_count", _("This would exceed your GPU quota for %(model)s: at most "
+                               "%(limit)s GPUs at once, %(left)s free in that period.")
+                % {"model": model, "limit": limit, "left": _gpus_text(left)}, OrderRejected)
 
 
 def _gpus_text(value: Decimal) -> str:
@@ -204,20 +225,24 @@ def _max_pending(tenant: Tenant, models: list[str]) -> int:
     return min(limits) if limits else 20
 
 
-def _check_budget(tenant: Tenant, models: list[str], window: Window, total: Decimal,
-                  exclude_lease: object) -> None:
-    quota = quota_for(tenant, models[0]) if models else None
-    if quota is None or quota.gpu_hour_budget is None:
-        return
+def _budget_refusal(tenant: Tenant, model: str, quota: Quota, window: Window,
+                    total: Decimal, exclude_lease: object) -> ApplicationError | None:
+    """Over ``model``'s monthly GPU-hour budget? Charged with that model's metered and
+    committed hours only (``portal.leasing.quotas.gpu_hours_used``)."""
+    if quota.gpu_hour_budget is None:
+        return None
     month_start, month_end = month_bounds(window.start)
-    used = gpu_hours_committed(tenant, month_start, month_end, exclude_lease)
+    used = gpu_hours_used(tenant, model, month_start, month_end, clock.now(), exclude_lease)
     inside = min(window.end, month_end) - max(window.start, month_start)
     wanted = Decimal(max(inside.total_seconds(), 0)) / 3600 * total
-    if used + wanted > quota.gpu_hour_budget:
-        left = max(quota.gpu_hour_budget - used, Decimal(0))
-        raise _err("duration_hours", _("This would exceed your monthly budget "
-                                       "(%(left)s GPU-hours left).") % {"left": f"{left:.1f}"},
-                   BudgetExceeded)
+    if used.total + wanted <= quota.gpu_hour_budget:
+        return None
+    left = max(quota.gpu_hour_budget - used.total, Decimal(0))
+    return _err("duration_hours", _("This would exceed the monthly budget for %(model)s: "
+                                    "%(budget)s GPU-hours, %(left)s left; this order needs "
+                                    "%(wanted)s.")
+                % {"model": model, "budget": f"{quota.gpu_hour_budget:.1f}",
+                   "left": f"{left:.1f}", "wanted": f"{wanted:.1f}"}, BudgetExceeded)
 
 
 def validate_order(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
@@ -323,6 +348,7 @@ def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
                                  "an on-demand order."), lease.end_at)
     if end_at <= lease.end_at:
         raise _err("end_at", _("The new end must be later than the current end."))
+    limits.check_end(lease.start_at, end_at)
     from portal.leasing import allocation, orchestration
 
     spec = OrderSpec(models=[lease.gpu_model] if lease.gpu_model else lease.allowed_models,

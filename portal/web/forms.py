@@ -12,6 +12,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from portal.core.errors import ApplicationError
+from portal.leasing import limits
 from portal.leasing.models import MILLI_PER_SLOT, Locality, Priority
 from portal.tenants.models import Role
 from portal.tenants.sshkeys import parse_public_key
@@ -54,12 +55,12 @@ class OrderForm(forms.Form):
     models = forms.MultipleChoiceField(
         label=_("GPU model"), widget=forms.CheckboxSelectMultiple,
         help_text=_("Pick one or more acceptable models."))
-    gpu_count = forms.IntegerField(label=_("GPUs per node"), min_value=1, max_value=8,
-                                   initial=8)
+    gpu_count = forms.IntegerField(label=_("GPUs per node"), min_value=1,
+                                   max_value=limits.MAX_GPUS_PER_NODE, initial=8)
     gpu_milli = forms.TypedChoiceField(label=_("Share of a GPU"), choices=fractions,
                                        coerce=int, initial=1000,
                                        help_text=_("Only with one GPU on one node."))
-    nodes = forms.IntegerField(label=_("Nodes"), min_value=1, max_value=64, initial=1,
+    nodes = forms.IntegerField(label=_("Nodes"), min_value=1, max_value=limits.MAX_NODES, initial=1,
                                help_text=_("Gang size: all nodes start together."))
     locality = forms.ChoiceField(label=_("Locality"), choices=labels.choices(labels.LOCALITIES),
                                  initial=Locality.ANY)
@@ -72,7 +73,8 @@ class OrderForm(forms.Form):
     start_at = forms.DateTimeField(label=_("Start at (UTC)"), required=False,
                                    widget=DateTimeLocal())
     duration_hours = forms.DecimalField(label=_("Duration (hours)"), min_value=Decimal("0.25"),
-                                        max_value=Decimal(24 * 90), decimal_places=2,
+                                        max_value=Decimal(limits.MAX_DURATION_HOURS),
+                                        decimal_places=2,
                                         initial=Decimal(4))
     name = forms.CharField(label=_("Name"), required=False, max_length=100)
     idempotency_key = forms.CharField(widget=forms.HiddenInput, max_length=64)

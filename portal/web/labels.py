@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+from django.utils.translation import gettext, gettext_noop, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from portal.leasing.models import LeaseState, Locality, Priority
@@ -25,7 +28,8 @@ LOCALITIES = {Locality.ANY: _("Anywhere"), Locality.NVLINK: _("One NVLink domain
 EVENT_KINDS = {"transition": _("State change"), "extended": _("Extended"),
                "extension": _("Extended"), "warning": _("Warning"),
                "placement": _("Placement"), "hardware": _("Hardware problem"),
-               "preemption_notice": _("Preemption notice")}
+               "preemption_notice": _("Preemption notice"),
+               "expiry_warning": _("Expiry warning")}
 # The leasing app's fixed event reasons (free text from users is shown as written).
 REASONS = {
     "order accepted": _("order accepted"), "placed": _("placed"),
@@ -39,6 +43,26 @@ REASONS = {
     "preemption notice ended": _("preemption notice ended"),
 }
 ALL = {**STATES, **ROLES, **PRIORITIES, **LOCALITIES}
+
+# The console's choices, per kind (the models' own labels are English only; translating
+# them there would change their migrations). Used as ``value|choice:"node_state"``.
+CHOICES: dict[str, dict[str, object]] = {
+    "node_state": {"ready": _("Ready"), "draining": _("Draining"), "drained": _("Drained"),
+                   "down": _("Down"), "maintenance": _("Maintenance")},
+    "gpu_health": {"healthy": _("Healthy"), "degraded": _("Degraded"),
+                   "quarantined": _("Quarantined"), "lost": _("Lost")},
+    "tenant_status": {"active": pgettext_lazy("tenant status", "Active"),
+                      "suspended": _("Suspended")},
+    "invoice_status": {"draft": _("Draft"), "final": _("Final")},
+    "credit_category": {"Credit": _("Credit"), "Adjustment": _("Adjustment")},
+    "credit_kind": {"failure": _("Platform failure"), "manual": _("Manual")},
+    "partition_state": {"active": pgettext_lazy("partition state", "Active"),
+                        "quarantined": _("Quarantined")},
+    "priority": {str(k): v for k, v in PRIORITIES.items()},
+    "lease_state": {str(k): v for k, v in STATES.items()},
+    "audit_filter": {"action": _("Action"), "actor": _("Who"), "tenant": _("Tenant"),
+                     "object_type": _("Object type")},
+}
 # A tone per state for badges; the text label is always shown too (not colour alone).
 TONES = {
     LeaseState.ACTIVE: "ok", LeaseState.PROVISIONING: "info", LeaseState.SCHEDULED: "info",
@@ -49,3 +73,18 @@ TONES = {
 
 def choices(mapping: dict) -> list[tuple[str, object]]:
     return [(str(k), v) for k, v in mapping.items()]
+
+
+# Event reasons the leasing app writes with a value inside (orchestration.py).
+_PATTERNS = [
+    (re.compile(r"^ends within (?P<n>\d+) minutes$"), gettext_noop("ends within %(n)s minutes")),
+    (re.compile(r"^preempted by (?P<n>[0-9a-f]{8})$"), gettext_noop("preempted by lease %(n)s")),
+]
+
+
+def reason_pattern(text: str) -> str | None:
+    for pattern, msgid in _PATTERNS:
+        match = pattern.match(text)
+        if match:
+            return gettext(msgid) % match.groupdict()
+    return None

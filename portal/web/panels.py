@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import calendar
 import importlib
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.urls import NoReverseMatch, reverse
+from django.urls import reverse
 
 from portal.core import clock
 from portal.tenants.models import Tenant
@@ -54,16 +54,14 @@ def spend(tenant: Tenant) -> dict[str, Any] | None:
             "currency": tenant.currency, "extrapolated": True}
 
 
-def billing_links() -> list[tuple[str, str]]:
-    """(url name, url) of the billing pages that exist."""
-    found = []
-    for name in ("billing:usage", "billing:invoices", "billing:index", "billing:home",
-                 "billing:budget", "billing:prices", "billing:showback"):
-        try:
-            found.append((name.split(":")[1], reverse(name)))
-        except NoReverseMatch:
-            continue
-    return found
+def export_links() -> list[tuple[str, str]]:
+    """(format, url) of this month's usage exports for the active tenant."""
+    now = clock.now()
+    start = date(now.year, now.month, 1)
+    end = (datetime(now.year, now.month, 28, tzinfo=UTC) + timedelta(days=4)).replace(day=1)
+    base = reverse("billing:export")
+    return [(kind, f"{base}?type={kind}&from={start:%Y-%m-%d}&to={end:%Y-%m-%d}")
+            for kind in ("csv", "focus-csv", "focus-jsonl")]
 
 
 def free_by_model() -> list[dict[str, Any]]:

@@ -75,8 +75,8 @@ def test_cancelling_an_active_lease(pool: dict[str, Any]) -> None:
 def test_an_order_over_quota(pool: dict[str, Any]) -> None:
     en, zh = both(lambda: services.order_create(actor=pool["bob"], tenant=pool["b"],
                                                 spec=spec(nodes=2)))
-    assert en.message == "This would exceed your GPU quota."
-    assert zh.message == "这将超出您的 GPU 配额。"
+    assert en.message == "This would exceed your GPU quota for H100: at most 8 GPUs at once, 8 free in that period."
+    assert zh.message == "这将超出您的 H100 GPU 配额：同时最多 8 个 GPU，该时段内剩余 8 个。"
     assert en.code == zh.code == "order_rejected"
     assert list(en.fields) == list(zh.fields) == ["gpu_count"]
     assert not Lease.objects.exists()
@@ -86,8 +86,9 @@ def test_an_order_over_budget_names_the_hours_left(pool: dict[str, Any]) -> None
     Quota.objects.filter(tenant=pool["a"]).update(gpu_hour_budget=10)
     en, zh = both(lambda: services.order_create(actor=pool["alice"], tenant=pool["a"],
                                                 spec=spec()))
-    assert en.message == "This would exceed your monthly budget (10.0 GPU-hours left)."
-    assert zh.message == "这将超出您的月度预算（剩余 10.0 GPU 小时）。"
+    assert en.message == ("This would exceed the monthly budget for H100: 10.0 GPU-hours, 10.0 "
+                          "left; this order needs 16.0.")
+    assert zh.message == "这将超出 H100 的月度预算：10.0 GPU 小时，剩余 10.0；此订单需要 16.0。"
     assert en.code == zh.code == "order_rejected"
     assert list(en.fields) == list(zh.fields) == ["duration_hours"]
 
@@ -98,11 +99,11 @@ def test_a_quote_tells_budget_from_quota_in_any_language(pool: dict[str, Any]) -
         with translation.override(language):
             quote = quoting.order_quote(actor=pool["alice"], tenant=pool["a"], spec=spec())
         assert (quote.fits_quota, quote.fits_budget) == (True, False), language
-    assert quote.messages == ["这将超出您的月度预算（剩余 10.0 GPU 小时）。"]
+    assert quote.messages == ["这将超出 H100 的月度预算：10.0 GPU 小时，剩余 10.0；此订单需要 16.0。"]
     with translation.override("zh-hans"):
         quote = quoting.order_quote(actor=pool["bob"], tenant=pool["b"], spec=spec(nodes=2))
     assert (quote.fits_quota, quote.fits_budget) == (False, True)
-    assert quote.messages == ["这将超出您的 GPU 配额。"]
+    assert quote.messages == ["这将超出您的 H100 GPU 配额：同时最多 8 个 GPU，该时段内剩余 8 个。"]
 
 
 @pytest.mark.parametrize(("kw", "field", "english", "chinese"), [
@@ -144,10 +145,10 @@ def test_api_refusal_in_the_callers_language(pool: dict[str, Any]) -> None:
     zh = post_order(pool, body, HTTP_ACCEPT_LANGUAGE="zh-hans")
     en = post_order(pool, body)
     assert zh.status_code == en.status_code == 400
-    assert zh.json() == {"error": "order_rejected", "detail": "这将超出您的 GPU 配额。",
-                         "fields": {"gpu_count": ["这将超出您的 GPU 配额。"]}}
-    assert en.json() == {"error": "order_rejected", "detail": "This would exceed your GPU quota.",
-                         "fields": {"gpu_count": ["This would exceed your GPU quota."]}}
+    assert zh.json() == {"error": "order_rejected", "detail": "这将超出您的 H100 GPU 配额：同时最多 8 个 GPU，该时段内剩余 8 个。",
+                         "fields": {"gpu_count": ["这将超出您的 H100 GPU 配额：同时最多 8 个 GPU，该时段内剩余 8 个。"]}}
+    assert en.json() == {"error": "order_rejected", "detail": "This would exceed your GPU quota for H100: at most 8 GPUs at once, 8 free in that period.",
+                         "fields": {"gpu_count": ["This would exceed your GPU quota for H100: at most 8 GPUs at once, 8 free in that period."]}}
 
 
 def test_api_input_errors_in_the_callers_language(pool: dict[str, Any]) -> None:
@@ -192,10 +193,10 @@ def order_page(client: Client, **overrides: str) -> str:
 
 def test_order_page_shows_the_service_refusal_in_chinese(pool: dict[str, Any]) -> None:
     body = order_page(page_client(pool["bob"], "zh-hans"))
-    assert "这将超出您的 GPU 配额。" in body
+    assert "这将超出您的 H100 GPU 配额：同时最多 8 个 GPU，该时段内剩余 8 个。" in body
     assert "exceed your GPU quota" not in body
     body = order_page(page_client(pool["bob"], "en"))
-    assert "This would exceed your GPU quota." in body
+    assert "This would exceed your GPU quota for H100: at most 8 GPUs at once, 8 free in that period." in body
 
 
 def test_profile_page_shows_the_ssh_key_error_in_chinese(pool: dict[str, Any]) -> None:

@@ -5,6 +5,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from rest_framework import serializers
 
+from portal.leasing.limits import MAX_DURATION_HOURS, MAX_GPUS_PER_NODE, MAX_NODES
 from portal.leasing.models import Lease, LeaseEvent, Locality, Priority
 
 
@@ -14,18 +15,19 @@ class OrderSerializer(serializers.Serializer[None]):
     models = serializers.ListField(child=serializers.CharField(max_length=32), required=False,
                                    default=list, max_length=16,
                                    help_text="acceptable models; empty = any")
-    gpu_count = serializers.IntegerField(min_value=1, max_value=16, default=1,
+    gpu_count = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_NODE, default=1,
                                          help_text="GPUs per node")
     gpu_milli = serializers.IntegerField(min_value=125, max_value=1000, default=1000,
                                          help_text="<1000: that share of one GPU (steps of 125)")
-    nodes = serializers.IntegerField(min_value=1, max_value=512, default=1,
+    nodes = serializers.IntegerField(min_value=1, max_value=MAX_NODES, default=1,
                                      help_text="gang size: nodes × gpu_count, all or nothing")
     locality = serializers.ChoiceField(choices=Locality.choices, default=Locality.ANY)
     locality_required = serializers.BooleanField(default=False)
     priority = serializers.ChoiceField(choices=Priority.choices, default=Priority.ON_DEMAND)
     start_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     duration_hours = serializers.DecimalField(max_digits=8, decimal_places=2, required=False,
-                                              allow_null=True, default=None, min_value=0)
+                                              allow_null=True, default=None, min_value=0,
+                                              max_value=MAX_DURATION_HOURS)
     end_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     name = serializers.CharField(max_length=100, required=False, default="", allow_blank=True)
     tags = serializers.DictField(child=serializers.CharField(max_length=200), required=False,
@@ -82,6 +84,8 @@ class QuoteSerializer(serializers.Serializer[None]):
     fits_quota = serializers.BooleanField()
     fits_budget = serializers.BooleanField()
     model = serializers.CharField(allow_null=True)
+    unit_price = serializers.DecimalField(max_digits=14, decimal_places=4, allow_null=True,
+                                          help_text="per GPU-hour at the start, in currency")
     alternatives = serializers.ListField(child=serializers.DictField())
     messages = serializers.ListField(child=serializers.CharField())
 
@@ -93,6 +97,8 @@ class QuotaUsageSerializer(serializers.Serializer[None]):
     in_use_gpus = serializers.DecimalField(max_digits=10, decimal_places=3, allow_null=True)
     gpu_hour_budget = serializers.DecimalField(max_digits=12, decimal_places=2, allow_null=True)
     gpu_hours_this_month = serializers.DecimalField(max_digits=14, decimal_places=2)
+    gpu_hours_metered = serializers.DecimalField(max_digits=14, decimal_places=2)
+    gpu_hours_committed = serializers.DecimalField(max_digits=14, decimal_places=2)
     max_lease_hours = serializers.IntegerField()
     max_pending_orders = serializers.IntegerField()
     allow_spot = serializers.BooleanField()

@@ -61,5 +61,78 @@ def models_of(lease: Any) -> str:
 
 @register.filter
 def reason(text: Any) -> Any:
-    """A leasing event reason in the page's language when it is one of the fixed ones."""
-    return labels.REASONS.get(str(text), text)
+    """A leasing event reason in the page's language when it is one of the fixed ones
+    (or one of the fixed patterns with a number or a lease id in it)."""
+    found = labels.REASONS.get(str(text))
+    if found is not None:
+        return found
+    return labels.reason_pattern(str(text)) or text
+
+
+@register.filter
+def shown_state(lease: Any) -> str:
+    from portal.web import waits
+
+    return waits.shown_state(lease)
+
+
+@register.filter
+def shown_start(lease: Any) -> Any:
+    from portal.web import waits
+
+    return waits.shown_start(lease)
+
+
+@register.filter
+def wait_sentence(lease: Any) -> str:
+    from portal.web import waits
+
+    return waits.lease_wait(lease)
+
+
+@register.filter
+def quote_wait(quote: Any) -> str:
+    from portal.web import waits
+
+    return waits.quote_wait(quote)
+
+
+@register.filter
+def choice(value: Any, kind: str) -> Any:
+    """The translated label of a console choice (``labels.CHOICES``); the value if unknown."""
+    return labels.CHOICES.get(kind, {}).get(str(value), value)
+
+
+@register.filter
+def pkey(value: Any) -> str:
+    """One P_Key notation everywhere: the full-membership key a tenant's hosts see
+    (``0x8100`` for partition 0x0100), as the lease page shows it."""
+    try:
+        return f"0x{int(str(value), 0) | 0x8000:04x}"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+@register.filter
+def changes_text(changes: Any) -> list[str]:
+    """An audit entry's changes as lines a person reads: ``field: old → new`` or
+    ``field: value``, nested values flattened (was a Python dict dump)."""
+    if not isinstance(changes, dict):
+        return [str(changes)] if changes else []
+    out = []
+    for key, value in changes.items():
+        if isinstance(value, list) and len(value) == 2:
+            out.append(f"{key}: {_plain(value[0])} → {_plain(value[1])}")
+        else:
+            out.append(f"{key}: {_plain(value)}")
+    return out
+
+
+def _plain(value: Any) -> str:
+    if value is None or value == "":
+        return "—"
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={_plain(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return ", ".join(_plain(v) for v in value)
+    return str(value)

@@ -10,7 +10,7 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.forms import Form
 from django.http import Http404, HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 
 from portal.core.errors import ApplicationError, NotFound, PermissionDenied
 from portal.tenants import access
@@ -43,6 +43,8 @@ def tenant_page(role: str = Role.VIEWER) -> Callable[[View], View]:
         @functools.wraps(func)
         def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             tenant = access.active_tenant(request)
+            if tenant is None and access.is_staff(request.user):
+                return redirect("console:index")  # an operator acting for no tenant
             if tenant is None:
                 return render(request, "web/no_tenant.html", status=200)
             access.require_role(request.user, tenant, role)

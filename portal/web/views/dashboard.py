@@ -48,6 +48,8 @@ def quota_rows(tenant: Tenant) -> list[dict[str, Any]]:
             "guaranteed": _first(row, "guaranteed_gpus", "guaranteed"),
             "in_use": in_use,
             "budget_hours": budget, "used_hours": used_hours,
+            "metered_hours": row.get("gpu_hours_metered"),
+            "committed_hours": row.get("gpu_hours_committed"),
             "gpus": _bar(in_use, row.get("max_gpus")) if in_use is not None else None,
             "hours": _bar(used_hours, budget) if budget is not None else None,
         })

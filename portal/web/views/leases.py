@@ -80,9 +80,9 @@ def lease_calendar(request: HttpRequest) -> HttpResponse:
     span = (end - start).total_seconds()
     rows = []
     for lease in leases:
-        a = max(lease.start_at, start)
-        b = min(lease.ended_at or lease.end_at, end)
-        rows.append({"lease": lease,
+        begin, finish = _calendar_span(lease, now)
+        a, b = max(begin, start), min(finish, end)
+        rows.append({"lease": lease, "begin": begin, "finish": finish,
                      "left": round(100 * (a - start).total_seconds() / span, 2),
                      "width": max(0.8, round(100 * (b - a).total_seconds() / span, 2))})
     days = [start + timedelta(days=i) for i in range(CALENDAR_DAYS)]
@@ -91,6 +91,18 @@ def lease_calendar(request: HttpRequest) -> HttpResponse:
         "rows": rows, "days": days, "start": start, "end": end, "weeks": weeks,
         "now_pct": now_pct,
     })
+
+
+def _calendar_span(lease: Any, now: datetime) -> tuple[datetime, datetime]:
+    """Where a lease sits on the calendar: a waiting order (ordered "as soon as possible")
+    from its earliest start, else from now, for its duration — not from its order time."""
+    from portal.web import waits
+
+    if lease.active_at is None and lease.state in (LeaseState.REQUESTED, LeaseState.QUEUED) \
+            and waits.is_asap(lease):
+        begin = max(lease.earliest_start or now, now)
+        return begin, begin + (lease.end_at - lease.start_at)
+    return lease.active_at or lease.start_at, lease.ended_at or lease.end_at
 
 
 def _lease(request: HttpRequest, lease_id: Any) -> Any:
@@ -119,8 +131,10 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
                "history": live.lease_history(lease, gpus, telemetry)} if holding else None)
     # A running spot lease under a preemption notice (orchestration._give_notice).
     preempting = lease.state == LeaseState.ACTIVE and lease.release_kind == LeaseState.PREEMPTED
+    from portal.billing.statements import lease_money
+
     return render(request, "web/lease.html", {
-        "lease": lease,
+        "lease": lease, "money": lease_money(lease),
         "events": list(lease_events(lease=lease)),
         "conn": lease_connection(lease=lease) if holding else None,
         "telemetry": telemetry,
@@ -137,6 +151,34 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
     })
 
 
+def _extend_terms(lease: Any) -> dict[str, Any]:
+    """What the extend page states up front: the cost of an extra hour and the latest end
+    the limits allow (the calendar may allow less: said after a refusal)."""
+    from portal.billing.statements import lease_money
+    from portal.leasing.limits import MAX_DURATION_HOURS
+    from portal.leasing.quotas import quota_for
+
+    quota = quota_for(lease.tenant, lease.gpu_model) if lease.gpu_model else None
+    hours = min(MAX_DURATION_HOURS, quota.max_lease_hours if quota else MAX_DURATION_HOURS)
+    return {"money": lease_money(lease), "max_hours": hours,
+            "latest_end": lease.start_at + timedelta(hours=hours)}
+
+
+def _added_cost(lease: Any, old_end: datetime) -> str:
+    from portal.billing.pricing import estimate
+    from portal.billing.statements import lease_money
+
+    money = lease_money(lease)
+    if money is None:
+        return ""
+    amount, currency = estimate(tenant=lease.tenant, gpu_model=lease.gpu_model or
+                                next(iter(lease.allowed_models or []), ""),
+                                priority=lease.priority, gpus=money["gpus"], start=old_end,
+                                end=lease.end_at)
+    return _("%(amount)s %(currency)s added.") % {"amount": f"{amount:,.2f}",
+                                                 "currency": currency}
+
+
 @tenant_page(Role.MEMBER)
 def lease_extend(request: HttpRequest, lease_id: Any) -> HttpResponse:
     from portal.leasing.services import lease_extend as extend
@@ -146,16 +188,18 @@ def lease_extend(request: HttpRequest, lease_id: Any) -> HttpResponse:
     form = ExtendForm(request.POST or None, initial=initial)
     longest = None
     if request.method == "POST" and form.is_valid():
+        old_end = lease.end_at
         try:
-            extend(actor=request.user, lease=lease, end_at=form.cleaned_data["end_at"])
+            lease = extend(actor=request.user, lease=lease, end_at=form.cleaned_data["end_at"])
         except ApplicationError as exc:
             apply_errors(form, exc)
             longest = getattr(exc, "longest_end", None)
         else:
-            messages.success(request, _("Lease extended."))
+            messages.success(request, " ".join(filter(None, [
+                _("Lease extended."), _added_cost(lease, old_end)])))
             return redirect("web:lease", lease_id=lease.pk)
     return render(request, "web/lease_extend.html", {
-        "lease": lease, "form": form, "longest": longest,
+        "lease": lease, "form": form, "longest": longest, **_extend_terms(lease),
     }, status=400 if form.errors else 200)
 
 

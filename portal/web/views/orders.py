@@ -88,4 +88,5 @@ def order_preview(request: HttpRequest) -> HttpResponse:
     """The quote panel alone, for htmx as the form changes (POST: it carries the form)."""
     form = OrderForm(request.POST or None, model_choices=_models())
     quote = _quote(request, form) if request.method == "POST" and form.is_valid() else None
-    return render(request, "web/_quote.html", {"form": form, "quote": quote})
+    status = 400 if form.errors else 200  # htmx swaps a 4xx too (htmx-config in base.html)
+    return render(request, "web/_quote.html", {"form": form, "quote": quote}, status=status)

@@ -192,8 +192,12 @@ def quotas(request: HttpRequest) -> HttpResponse:
 
 @tenant_page()
 def usage(request: HttpRequest) -> HttpResponse:
+    from portal.billing.statements import recent_invoices
+
     tenant = request.tenant  # type: ignore[attr-defined]
+    admin = can(request, Role.ADMIN)
     return render(request, "web/usage.html", {
-        "spend": panels.spend(tenant), "links": panels.billing_links(),
-        "quotas": quota_rows(tenant),
+        "spend": panels.spend(tenant), "quotas": quota_rows(tenant), "billing_admin": admin,
+        "invoices": recent_invoices(tenant=tenant) if admin else [],
+        "exports": panels.export_links() if admin else [],
     })

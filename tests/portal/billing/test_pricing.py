@@ -14,10 +14,12 @@ T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 @pytest.mark.django_db
 def test_estimate_uses_default_list_price_without_rows() -> None:
+    """Without EUR rows, the USD default (2.50) converted at the EUR rate (0.92): never the
+    USD number labelled EUR (issue 13, finding 7; ADR 0108)."""
     tenant = make_tenant("a", currency="EUR")
     amount, currency = estimate(tenant=tenant, gpu_model="H100", priority="on_demand",
                                 gpus=Decimal(2), start=T0, end=T0.replace(hour=3))
-    assert (amount, currency) == (Decimal("15.00"), "EUR")
+    assert (amount, currency) == (Decimal("13.80"), "EUR")
 
 
 @pytest.mark.django_db

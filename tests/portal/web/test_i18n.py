@@ -11,9 +11,10 @@ PO = Path(__file__).resolve().parents[3] / "locale" / "zh_Hans" / "LC_MESSAGES" 
 
 
 def entries() -> list[tuple[str, str]]:
+    """(msgid, msgstr) of the entries without a context (``contexts()`` has the others)."""
     out = []
     for block in PO.read_text().split("\n\n"):
-        if "msgid_plural" in block or block.lstrip().startswith("#~"):
+        if "msgid_plural" in block or block.lstrip().startswith("#~") or "msgctxt" in block:
             continue
         ids = re.search(r'^msgid ((?:".*"\n)+)msgstr ((?:".*"\n?)+)', block, re.M)
         if ids:
@@ -24,8 +25,15 @@ def entries() -> list[tuple[str, str]]:
     return out
 
 
+def contexts() -> list[tuple[str, str, str]]:
+    """(msgctxt, msgid, msgstr) of the one-line entries with a context (pgettext)."""
+    found = re.findall(r'^msgctxt "(.*)"\nmsgid "(.*)"\nmsgstr "(.*)"$', PO.read_text(), re.M)
+    return [(c, i, s) for c, i, s in found]
+
+
 def test_every_string_has_a_chinese_translation() -> None:
     missing = [msgid for msgid, msgstr in entries() if not msgstr]
+    missing += [f"{ctx}|{msgid}" for ctx, msgid, msgstr in contexts() if not msgstr]
     assert missing == []
     # A fuzzy entry is left out of the compiled catalogue: the page shows English.
     fuzzy = [line for line in PO.read_text().splitlines()
@@ -39,6 +47,10 @@ def test_compiled_catalogue_matches_the_po() -> None:
         for msgid, msgstr in entries():
             if translation.gettext(msgid) != msgstr:
                 stale.append(msgid)
+        for ctx, msgid, msgstr in contexts():
+            if translation.pgettext(ctx, msgid) != msgstr:
+                stale.append(f"{ctx}|{msgid}")
+    assert contexts(), "the context entries are read"
     assert stale == [], "run: manage.py compilemessages -l zh_Hans"
 
 

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -18,6 +19,8 @@ class Command(BaseCommand):
         parser.add_argument("--host", default=os.environ.get("HOST", "127.0.0.1"))
         parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", "8000")))
         parser.add_argument("--no-serve", action="store_true", help="migrate and seed only")
+        parser.add_argument("--verbose", action="store_true",
+                            help="Celery at INFO, the access log and e-mails on the console")
 
     def handle(self, *args: Any, **opts: Any) -> None:
         call_command("migrate", verbosity=0, interactive=False)
@@ -25,15 +28,18 @@ class Command(BaseCommand):
         self.stdout.write("demo data created" if created else "demo data already present")
         if opts["no_serve"]:
             return
+        mail_dir = None if opts["verbose"] else Path(settings.DATA_DIR) / "demo-mail"
+        demo.configure_output(verbose=opts["verbose"], mail_dir=mail_dir or Path())
         if not settings.REDIS_URL:
             from portal.core.inprocess import start_beat_thread, start_worker_thread
 
             start_worker_thread()
             start_beat_thread()
         url = f"http://{opts['host']}:{opts['port']}/"
-        logins = ", ".join(u for u, _, _ in demo.DEMO_USERS)
-        self.stdout.write(self.style.SUCCESS(
-            f"\n  gpupool demo: {url}\n  API docs:     {url}api/docs/\n"
-            f"  logins:       {logins} (password: {demo.DEMO_PASSWORD})\n"))
-        uvicorn.run("portal.asgi:application", host=opts["host"], port=opts["port"],
-                    log_level="info", lifespan="off")
+        config = uvicorn.Config("portal.asgi:application", host=opts["host"],
+                                port=opts["port"], lifespan="off",
+                                log_level="info" if opts["verbose"] else "warning")
+        server = uvicorn.Server(config)
+        demo.announce_when_started(server, lambda text: self.stdout.write(
+            self.style.SUCCESS(text)), demo.banner(url, mail_dir))
+        server.run()
