@@ -13,6 +13,7 @@ from django.utils.translation import gettext as _
 
 from portal.core.errors import ApplicationError
 from portal.core.services import audit_record
+from portal.inventory import hooks
 from portal.inventory import ibnetdiscover as ibn
 from portal.inventory.catalog import CATALOG, NVLINK_LAYOUTS, nvlink_domain
 from portal.inventory.models import (
@@ -283,12 +284,8 @@ def _storage_ports(fabric: Fabric, port_guid: str, node_name: str) -> list[HcaPo
 
 
 def _push_fabric_on_commit() -> None:
-    def push() -> None:
-        from portal.leasing import desired  # the partition map includes the storage ports
-
-        with transaction.atomic():
-            desired.push_fabric()
-    transaction.on_commit(push)
+    """The partition map includes the storage ports: leasing re-derives it on commit."""
+    hooks.storage_changed.emit_on_commit(None)
 
 
 @transaction.atomic

@@ -4,7 +4,8 @@ of the nodes that carry a tenant's running leases when *who may log in* changes.
 Lease transitions push their own nodes (``orchestration``). Everything else that changes
 the SSH keys a lease account must hold — a member removed, a role changed, an SSH key
 added or deleted, a user deactivated, a tenant suspended or resumed — calls
-:func:`push_tenants_on_commit` from inside its service transaction. After the commit the
+``tenants.hooks.access_changed_on_commit`` from inside its service transaction
+(leasing connects :func:`push_tenants` to that hook at start-up). After the commit the
 nodes' complete desired state is recomputed (``desired.push_node``: the same function the
 lease transitions use, so there is one derivation) and written, which wakes the agents'
 long-polls; with simulated agents the simulation is queued as for a transition.
@@ -66,12 +67,10 @@ def push_tenants(tenant_ids: Iterable[Any]) -> list[Any]:
     return push_nodes(nodes_of_tenants(tenant_ids))
 
 
-def push_tenants_on_commit(tenant_ids: Iterable[Any]) -> None:
-    """Call from inside a service transaction: push once it commits (never if it rolls
-    back, so a refused change pushes nothing)."""
-    ids = sorted({str(t) for t in tenant_ids})
-    if ids:
-        transaction.on_commit(lambda: push_tenants(ids))
+def push_fabric(_: None = None) -> None:
+    """Re-derive the partition map (the storage endpoints changed)."""
+    with transaction.atomic():
+        desired.push_fabric()
 
 
 def push_lease_on_commit(lease: Lease) -> None:

@@ -9,6 +9,11 @@ class LeasingConfig(AppConfig):
     def ready(self) -> None:
         # Convergence is an event (house rule 12): a node's report moves its leases at once.
         from portal.fleet import hooks
-        from portal.leasing import orchestration
+        from portal.inventory.hooks import storage_changed
+        from portal.leasing import access_push, orchestration
+        from portal.tenants.hooks import access_changed
 
         hooks.on_node_converged(orchestration.node_converged)
+        # Access follows people (ADR 0102): who may log in changed -> push their nodes.
+        access_changed.connect(access_push.push_tenants)
+        storage_changed.connect(access_push.push_fabric)

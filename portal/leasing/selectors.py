@@ -16,6 +16,7 @@ from portal.core.errors import NotFound
 from portal.inventory.models import HcaPort
 from portal.leasing.models import Allocation, Lease, LeaseEvent, Quota
 from portal.leasing.quotas import gpus_held, quota_hours_used
+from portal.leasing.states import GRANTING
 from portal.tenants.access import Who, is_staff, require_role, tenants_for
 from portal.tenants.models import Role, Tenant
 
@@ -68,7 +69,6 @@ def hca_port_facts(*, node_ids: list[Any]) -> dict[str, list[dict[str, Any]]]:
     children and the tenant that holds index 0 there (the earliest granting lease's, as in
     ``desired.push_fabric``), in one query."""
     from portal.fleet.models import NodeObservedState, PortTelemetry
-    from portal.leasing.desired import GRANTING
 
     reported = PortTelemetry.objects.filter(node=OuterRef("node"), device=OuterRef("device"),
                                             port=OuterRef("port_number"))

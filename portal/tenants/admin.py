@@ -5,7 +5,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.db.models import QuerySet
 
-from portal.leasing import access_push
+from portal.tenants import hooks
 from portal.tenants.models import (
     ApiKey,
     Invitation,
@@ -33,11 +33,11 @@ class TenantAdmin(admin.ModelAdmin):
     # Edits here bypass the services' rules but not the push: who may log in follows.
     def save_model(self, request: Any, obj: Tenant, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        access_push.push_tenants_on_commit([obj.pk])
+        hooks.access_changed_on_commit([obj.pk])
 
     def save_formset(self, request: Any, form: Any, formset: Any, change: bool) -> None:
         super().save_formset(request, form, formset, change)
-        access_push.push_tenants_on_commit([form.instance.pk])
+        hooks.access_changed_on_commit([form.instance.pk])
 
 
 @admin.register(Membership)
@@ -50,17 +50,17 @@ class MembershipAdmin(admin.ModelAdmin):
     def save_model(self, request: Any, obj: Membership, form: Any, change: bool) -> None:
         old = Membership.objects.filter(pk=obj.pk).values_list("tenant_id", flat=True).first()
         super().save_model(request, obj, form, change)
-        access_push.push_tenants_on_commit({obj.tenant_id, old} - {None})
+        hooks.access_changed_on_commit({obj.tenant_id, old} - {None})
 
     def delete_model(self, request: Any, obj: Membership) -> None:
         tenant_id = obj.tenant_id
         super().delete_model(request, obj)
-        access_push.push_tenants_on_commit([tenant_id])
+        hooks.access_changed_on_commit([tenant_id])
 
     def delete_queryset(self, request: Any, queryset: QuerySet[Membership]) -> None:
         tenant_ids = set(queryset.values_list("tenant_id", flat=True))
         super().delete_queryset(request, queryset)
-        access_push.push_tenants_on_commit(tenant_ids)
+        hooks.access_changed_on_commit(tenant_ids)
 
 
 @admin.register(ApiKey)
@@ -82,13 +82,13 @@ class SshPublicKeyAdmin(admin.ModelAdmin):
         tenant_ids = list(Membership.objects.filter(user_id=obj.user_id)
                           .values_list("tenant_id", flat=True))
         super().delete_model(request, obj)
-        access_push.push_tenants_on_commit(tenant_ids)
+        hooks.access_changed_on_commit(tenant_ids)
 
     def delete_queryset(self, request: Any, queryset: QuerySet[SshPublicKey]) -> None:
         tenant_ids = list(Membership.objects.filter(user_id__in=queryset.values("user_id"))
                           .values_list("tenant_id", flat=True))
         super().delete_queryset(request, queryset)
-        access_push.push_tenants_on_commit(tenant_ids)
+        hooks.access_changed_on_commit(tenant_ids)
 
 
 @admin.register(UserPreference)
@@ -120,12 +120,12 @@ class PushingUserAdmin(UserAdmin):  # type: ignore[type-arg]
 
     def save_model(self, request: Any, obj: Any, form: Any, change: bool) -> None:
         super().save_model(request, obj, form, change)
-        access_push.push_tenants_on_commit(_tenants_of(obj.pk))
+        hooks.access_changed_on_commit(_tenants_of(obj.pk))
 
     def delete_model(self, request: Any, obj: Any) -> None:
         tenant_ids = _tenants_of(obj.pk)
         super().delete_model(request, obj)
-        access_push.push_tenants_on_commit(tenant_ids)
+        hooks.access_changed_on_commit(tenant_ids)
 
 
 def _tenants_of(user_id: Any) -> list[Any]:

@@ -15,7 +15,7 @@ from django.utils.translation import gettext as _
 
 from portal.core.errors import ApplicationError, Conflict, NotFound, PermissionDenied
 from portal.core.services import audit_record, model_changes
-from portal.leasing import access_push
+from portal.tenants import hooks
 from portal.tenants.access import AnyUser, is_staff, require_role, role_in
 from portal.tenants.models import ApiKey, Membership, Role, SshPublicKey, Tenant
 from portal.tenants.sshkeys import parse_public_key
@@ -75,7 +75,7 @@ def tenant_set_status(*, actor: AnyUser, tenant: Tenant, status: str, reason: st
     audit_record(actor=actor, action=f"tenant.{'suspend' if status == 'suspended' else 'resume'}",
                  obj=tenant, changes={"status": [old, status], "reason": reason})
     if old != status:  # a suspended tenant's leases keep no host logins
-        access_push.push_tenants_on_commit([tenant.pk])
+        hooks.access_changed_on_commit([tenant.pk])
     return tenant
 
 
@@ -153,7 +153,7 @@ def membership_grant(*, actor: AnyUser | None, tenant: Tenant, user: Any,
                        fields={"email": [_("Already a member.")]}) from exc
     audit_record(actor=actor, action="membership.create", obj=member, tenant=tenant,
                  changes={"user": user.get_username(), "role": role})
-    access_push.push_tenants_on_commit([tenant.pk])
+    hooks.access_changed_on_commit([tenant.pk])
     return member
 
 
@@ -171,7 +171,7 @@ def membership_change_role(*, actor: AnyUser, member: Membership, role: str) -> 
     audit_record(actor=actor, action="membership.update", obj=member, tenant=member.tenant,
                  changes={"role": [old, role]})
     if old != role:
-        access_push.push_tenants_on_commit([member.tenant_id])
+        hooks.access_changed_on_commit([member.tenant_id])
     return member
 
 
@@ -213,7 +213,7 @@ def membership_remove(*, actor: AnyUser, member: Membership) -> None:
                  changes={"user": member.user.get_username(), "role": member.role})
     tenant_id = member.tenant_id
     member.delete()
-    access_push.push_tenants_on_commit([tenant_id])
+    hooks.access_changed_on_commit([tenant_id])
 
 
 @transaction.atomic
@@ -234,7 +234,7 @@ def user_set_active(*, actor: AnyUser, user: Any, active: bool) -> Any:
         user.save(update_fields=["is_active"])
         audit_record(actor=actor, action="user.activate" if active else "user.deactivate",
                      obj=user, changes={"is_active": active})
-        access_push.push_tenants_on_commit(m.tenant_id for m in memberships)
+        hooks.access_changed_on_commit(m.tenant_id for m in memberships)
     return user
 
 
@@ -341,7 +341,7 @@ def ssh_key_add(*, actor: AnyUser, name: str, public_key: str) -> SshPublicKey:
             "public_key": [_("You have already added this key.")]}) from exc
     audit_record(actor=actor, action="sshkey.create", obj=key,
                  changes={"name": name, "fingerprint": parsed.fingerprint})
-    access_push.push_tenants_on_commit(_tenants_of(actor))
+    hooks.access_changed_on_commit(_tenants_of(actor))
     return key
 
 
@@ -354,4 +354,4 @@ def ssh_key_delete(*, actor: AnyUser, key_id: str) -> None:
     audit_record(actor=actor, action="sshkey.delete", obj=key,
                  changes={"fingerprint": key.fingerprint})
     key.delete()
-    access_push.push_tenants_on_commit(_tenants_of(actor))
+    hooks.access_changed_on_commit(_tenants_of(actor))
