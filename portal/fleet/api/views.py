@@ -31,6 +31,7 @@ HEARTBEAT_INTERVAL_S = 10
 LONG_POLL_TIMEOUT_S = 30
 POLL_STEP_S = 0.5
 MAX_BODY_BYTES = 16 * 2**20
+PENDING_RETRY_S = 60
 
 
 def _error(exc: ApplicationError) -> JsonResponse:
@@ -112,10 +113,21 @@ def _body(request: HttpRequest, spec: schema.Spec, code: str) -> dict[str, Any]:
 def enrol(request: HttpRequest) -> HttpResponse:
     body = _body(request, protocol.ENROL, "invalid_request")
     throttle(scope="enrol", secret=body["bootstrap_token"])
-    agent, credential = agent_enrol(body=body)
-    return JsonResponse({"protocol": 1, "node_id": agent.agent_id, "credential": credential,
+    result = agent_enrol(body=body, remote_addr=request.META.get("REMOTE_ADDR") or "")
+    if result.state == "pending":
+        raise AgentError("pending_approval", "this host would replace an enrolled agent: "
+                         "an operator must approve it; retry later with the same token",
+                         retry_after=_pending_retry_s())
+    if result.state == "denied":
+        raise AgentError("enrolment_denied", "an operator denied this enrolment")
+    return JsonResponse({"protocol": 1, "node_id": result.agent.agent_id,
+                         "credential": result.credential,
                          "heartbeat_interval_s": HEARTBEAT_INTERVAL_S,
                          "long_poll_timeout_s": LONG_POLL_TIMEOUT_S}, status=201)
+
+
+def _pending_retry_s() -> int:
+    return int(getattr(settings, "GPUPOOL_AGENT_PENDING_RETRY_S", PENDING_RETRY_S))
 
 
 @agent_endpoint("POST")
