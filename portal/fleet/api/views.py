@@ -148,6 +148,10 @@ def credential(request: HttpRequest, node_id: str) -> HttpResponse:
                          "previous_valid_until": until.isoformat()}, status=201)
 
 
+def unknown_endpoint(request: HttpRequest) -> HttpResponse:
+    return _error(AgentError("not_found", "no such endpoint"))
+
+
 def _params(request: HttpRequest) -> tuple[int, float]:
     values, problems = schema.parse_query(request.GET, protocol.DESIRED_QUERY)
     if problems:
