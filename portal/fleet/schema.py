@@ -54,6 +54,12 @@ class Spec:
     def validate(self, value: Any, path: str, out: list[Problem]) -> None:
         raise NotImplementedError
 
+    def ok(self, value: Any) -> bool:
+        """The fast path (no field paths built): True when ``validate`` adds nothing."""
+        out: list[Problem] = []
+        self.validate(value, "", out)
+        return not out
+
 
 def _add(out: list[Problem], path: str, problem: str) -> None:
     if len(out) < MAX_PROBLEMS:
@@ -80,6 +86,10 @@ class Int(Spec):
         elif self.check is not None and (problem := self.check(value)):
             _add(out, path, problem)
 
+    def ok(self, value: Any) -> bool:
+        return type(value) is int and self.min <= value <= self.max and (
+            self.check is None or self.check(value) is None)
+
 
 @dataclass(frozen=True)
 class Num(Spec):
@@ -97,6 +107,11 @@ class Num(Spec):
             _add(out, path, f"must be >= {self.min:g}")
         elif value > self.max:
             _add(out, path, f"must be <= {self.max:g}")
+
+    def ok(self, value: Any) -> bool:
+        kind = type(value)
+        return (kind is int or (kind is float and math.isfinite(value))) \
+            and self.min <= value <= self.max
 
 
 @dataclass(frozen=True)
@@ -118,12 +133,21 @@ class Str(Spec):
         elif self.check is not None and (problem := self.check(value)):
             _add(out, path, problem)
 
+    def ok(self, value: Any) -> bool:
+        return type(value) is str and len(value) <= self.max_len \
+            and (not self.choices or value in self.choices) \
+            and (self.pattern is None or self.pattern.match(value) is not None) \
+            and (self.check is None or self.check(value) is None)
+
 
 @dataclass(frozen=True)
 class Bool(Spec):
     def validate(self, value: Any, path: str, out: list[Problem]) -> None:
         if not isinstance(value, bool):
             _add(out, path, "must be a boolean")
+
+    def ok(self, value: Any) -> bool:
+        return type(value) is bool
 
 
 @dataclass(frozen=True)
@@ -132,6 +156,9 @@ class Anything(Spec):
 
     def validate(self, value: Any, path: str, out: list[Problem]) -> None:
         return
+
+    def ok(self, value: Any) -> bool:
+        return True
 
 
 @dataclass(frozen=True)
@@ -149,6 +176,12 @@ class Arr(Spec):
             if len(out) >= MAX_PROBLEMS:
                 return
             self.item.validate(item, f"{path}[{i}]", out)
+
+    def ok(self, value: Any) -> bool:
+        if type(value) is not list or len(value) > self.max_len:
+            return False
+        check = self.item.ok
+        return all(check(item) for item in value)
 
 
 @dataclass(frozen=True)
@@ -170,6 +203,12 @@ class Map(Spec):
                 _add(out, f"{path}.{key[:self.key_len]}…", f"key at most {self.key_len} characters")
             else:
                 self.value.validate(item, f"{path}.{key}", out)
+
+    def ok(self, value: Any) -> bool:
+        if type(value) is not dict or len(value) > self.max_keys:
+            return False
+        check, key_len = self.value.ok, self.key_len
+        return all(len(k) <= key_len and check(v) for k, v in value.items())
 
 
 @dataclass(frozen=True)
@@ -203,9 +242,23 @@ class Obj(Spec):
         if len(value) > self.max_keys:
             _add(out, path or "$", f"at most {self.max_keys} keys")
 
+    def ok(self, value: Any) -> bool:
+        if type(value) is not dict or len(value) > self.max_keys:
+            return False
+        for f in self.fields:
+            item = value.get(f.name)
+            if item is None:
+                if not f.optional:
+                    return False
+            elif not f.spec.ok(item):
+                return False
+        return True
+
 
 def problems(spec: Spec, value: Any) -> list[Problem]:
     """Problems of ``value`` against ``spec``; empty means valid."""
+    if spec.ok(value):
+        return []
     out: list[Problem] = []
     spec.validate(value, "", out)
     return out
@@ -247,19 +300,53 @@ def _convert(spec: Spec, raw: str) -> int | float | str | None:
 
 
 # --- the JSON reader ---------------------------------------------------------------
+# Escapes that decode to a NUL or to a (maybe lone) surrogate: only when the text has one,
+# or a number decoded to NaN/±Infinity, is every value of the document checked.
+_SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89abAB])")
+
+
 def parse_json(raw: bytes, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:
-    """Parse an agent API body: ``BodyError`` for anything a later step would choke on."""
+    """Parse an agent API body (UTF-8, §1): ``BodyError`` for anything a later step would
+    choke on."""
     if len(raw) > max_bytes:
         raise BodyError("$", f"body larger than {max_bytes} bytes")
+    non_finite: list[float] = []
+
+    def number(text: str) -> float:
+        value = float(text)
+        if not math.isfinite(value):
+            non_finite.append(value)
+        return value
+
     try:
-        doc = json.loads(raw or b"null")
+        text = raw.decode("utf-8")
+        doc = json.loads(text or "null", parse_float=number, parse_constant=number)
     except RecursionError:
         raise BodyError("$", f"nested deeper than {max_depth} levels") from None
     except ValueError:  # includes UnicodeDecodeError and oversized integer literals
-        raise BodyError("$", "not valid JSON") from None
-    if not _document_ok(doc, max_depth):
+        raise BodyError("$", "not valid UTF-8 JSON") from None
+    suspect = bool(non_finite) or _SUSPECT_ESCAPE.search(text) is not None
+    if not _depth_ok(doc, max_depth) or (suspect and not _document_ok(doc, max_depth)):
         raise BodyError(*_first_bad(doc, max_depth))
     return doc
+
+
+_CONTAINERS = (dict, list)  # json.loads builds exactly these types
+
+
+def _depth_ok(doc: Any, max_depth: int) -> bool:
+    """No object or array nested deeper than ``max_depth`` (a walk over containers)."""
+    level = [doc] if type(doc) in _CONTAINERS else []
+    depth = 1
+    while level:
+        if depth > max_depth:
+            return False
+        below: list[Any] = []
+        for value in level:
+            items = value.values() if type(value) is dict else value
+            below += [v for v in items if type(v) in _CONTAINERS]
+        level, depth = below, depth + 1
+    return True
 
 
 def _bad_str(value: str) -> bool:
