@@ -178,3 +178,23 @@ def test_fuzz_desired_state_never_500(enrolled: AgentClient, data: st.DataObject
 def test_fuzz_credential_never_500(enrolled: AgentClient, data: st.DataObject) -> None:
     path = f"{BASE}/nodes/{enrolled.node_id}/credential"
     _answer_ok(enrolled.post(path, _payload(data, {"protocol": 1})))
+
+
+@settings(max_examples=EXAMPLES * 2, deadline=None, database=None)
+@given(data=st.data(), which=st.sampled_from(["report", "enrol"]))
+def test_schema_fast_path_agrees_with_the_full_validation(data: st.DataObject,
+                                                          which: str) -> None:
+    from portal.fleet import schema
+
+    if which == "report":
+        spec, body = protocol.REPORT, report("nd_0123456789abcdef", 3, telemetry=[
+            sample(ts=1.0, gpus=[gpu(0)], ports=[port()],
+                   xids=[{"gpu_uuid": "GPU-x-0", "xid": 79, "ts": 1.0}])])
+    else:
+        spec, body = protocol.ENROL, {
+            "protocol": 1, "bootstrap_token": "gpb_x", "role": "node", "hostname": "h-1",
+            "agent_version": "1", "inventory": {"gpus": [{"index": 0}], "ib_ports": [{}]}}
+    doc = _mutate(data, body)
+    full: list[schema.Problem] = []
+    spec.validate(doc, "", full)
+    assert spec.ok(doc) == (not full), full
