@@ -171,3 +171,14 @@ def test_token_hostname_pattern_must_name_hosts() -> None:
     for bad in ("", "*", "?*", "a b", "x" * 300):
         with pytest.raises(AgentError):
             bootstrap_token_create(actor=None, hostname=bad)
+
+
+@pytest.mark.django_db
+def test_fabric_takeover_waits_for_operator_approval(agent_client: AgentClient,
+                                                     other_agent: AgentClient) -> None:
+    assert agent_client.enrol("sm-01", role="fabric").status_code == 201
+    _, token = bootstrap_token_create(actor=None, hostname="sm-01", role="fabric")
+    resp = other_agent.enrol("sm-01", role="fabric", token=token)
+    assert resp.status_code == 409 and _code(resp) == "pending_approval"
+    assert EnrolmentRequest.objects.get().agent.agent_id == agent_client.node_id
+    assert agent_client.desired(after=-1).status_code in (200, 204)  # still the fabric agent
