@@ -302,7 +302,7 @@ def _convert(spec: Spec, raw: str) -> int | float | str | None:
 # --- the JSON reader ---------------------------------------------------------------
 # Escapes that decode to a NUL or to a (maybe lone) surrogate: only when the text has one,
 # or a number decoded to NaN/±Infinity, is every value of the document checked.
-_SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89abAB])")
+_SUSPECT_ESCAPE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")  # NUL, high or low surrogate
 
 
 def parse_json(raw: bytes, *, max_bytes: int, max_depth: int = MAX_DEPTH) -> Any:

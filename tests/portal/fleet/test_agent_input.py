@@ -87,12 +87,14 @@ def test_agent_api_rejects_nan_timestamp(agent: AgentClient) -> None:
 @pytest.mark.django_db
 def test_agent_api_rejects_infinity(agent: AgentClient) -> None:
     for value in ("Infinity", "-Infinity", "1e400"):
-        body = report(agent.node_id, 1, telemetry=[sample(gpus=[gpu(0, power_w=1.5)])])
-        text = json.dumps(body).replace("1.5", value)
+        body = report(agent.node_id, 1, telemetry=[sample(ts=1_800_000_000.0,
+                                                          gpus=[gpu(0, power_w=0.123456789)])])
+        text = json.dumps(body).replace("0.123456789", value)
         resp = agent.report(text)
         assert _problem(resp, "telemetry[0].gpus[0].power_w") == "must be a finite number"
-    body = report(agent.node_id, 1, telemetry=[sample(gpus=[gpu(0, future_field=1.5)])])
-    resp = agent.report(json.dumps(body).replace("1.5", "Infinity"))  # unknown fields too
+    body = report(agent.node_id, 1, telemetry=[sample(ts=1_800_000_000.0,
+                                                      gpus=[gpu(0, future_field=0.123456789)])])
+    resp = agent.report(json.dumps(body).replace("0.123456789", "Infinity"))  # unknown too
     assert _problem(resp, "telemetry[0].gpus[0].future_field") == "must be a finite number"
     _nothing_stored(agent)
 
@@ -143,6 +145,10 @@ def test_agent_api_rejects_nul_and_lone_surrogates(agent: AgentClient) -> None:
     assert _problem(agent.report(body), "agent_version").startswith("must not contain NUL")
     text = json.dumps(report(agent.node_id, 1)).replace("0.1.0", "\\ud800")
     assert _problem(agent.report(text), "agent_version").startswith("must not contain NUL")
+    body = report(agent.node_id, 1)  # a low surrogate in an unknown key (found by the fuzz)
+    body["telemetry"][0]["gpus"][0]["a\udfffb"] = True
+    resp = agent.report(json.dumps(body))
+    assert _problem(resp, "telemetry[0].gpus[0]").startswith("keys must not contain NUL")
     _nothing_stored(agent)
 
 
