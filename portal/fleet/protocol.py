@@ -150,7 +150,7 @@ ENROL = S.Obj((
     S.F("machine_id", S.Str(max_len=64), optional=True),
     S.F("inventory", S.Obj((
         S.F("host", _HOST_INVENTORY, optional=True),
-        S.F("gpus", S.Arr(_GPU_INVENTORY, max_len=256), optional=True),
+        S.F("gpus", S.Arr(_GPU_INVENTORY, max_len=256, unique="index"), optional=True),
         S.F("ib_ports", S.Arr(_PORT_INVENTORY, max_len=256), optional=True),
     )), optional=True),
 ))

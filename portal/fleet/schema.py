@@ -163,8 +163,12 @@ class Anything(Spec):
 
 @dataclass(frozen=True)
 class Arr(Spec):
+    """An array of ``item``; ``unique``: a key whose (present) values must differ between
+    the array's objects (e.g. a GPU's NVML index)."""
+
     item: Spec = Anything()
     max_len: int = 1000
+    unique: str = ""
 
     def validate(self, value: Any, path: str, out: list[Problem]) -> None:
         if not isinstance(value, list):
@@ -176,12 +180,28 @@ class Arr(Spec):
             if len(out) >= MAX_PROBLEMS:
                 return
             self.item.validate(item, f"{path}[{i}]", out)
+        for i in self._duplicates(value[: self.max_len]):
+            _add(out, f"{path}[{i}].{self.unique}", "must be unique in the array")
+
+    def _duplicates(self, items: list[Any]) -> list[int]:
+        if not self.unique:
+            return []
+        seen: set[Any] = set()
+        dups = []
+        for i, item in enumerate(items):
+            key = item.get(self.unique) if isinstance(item, dict) else None
+            if key is None or isinstance(key, dict | list):
+                continue
+            if (type(key), key) in seen:
+                dups.append(i)
+            seen.add((type(key), key))
+        return dups
 
     def ok(self, value: Any) -> bool:
         if type(value) is not list or len(value) > self.max_len:
             return False
         check = self.item.ok
-        return all(check(item) for item in value)
+        return all(check(item) for item in value) and not self._duplicates(value)
 
 
 @dataclass(frozen=True)

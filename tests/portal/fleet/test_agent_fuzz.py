@@ -7,6 +7,7 @@ on two cores)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from typing import Any
@@ -78,13 +79,16 @@ def _mutate(data: st.DataObject, doc: Any) -> Any:
         parent = doc
         for step in path[:-1]:
             parent = parent[step]
-        op = data.draw(st.sampled_from(["same_type", "same_type", "replace", "delete", "add"]))
+        op = data.draw(st.sampled_from(["same_type", "same_type", "replace", "delete", "add",
+                                        "copy"]))
         if op == "same_type":  # an edge value of the right type: often accepted, then stored
             parent[path[-1]] = data.draw(_same_type(parent[path[-1]]))
         elif op == "replace":
             parent[path[-1]] = data.draw(HOSTILE)
         elif op == "delete":
             del parent[path[-1]]
+        elif op == "copy" and isinstance(parent, list):  # a duplicate item (same index …)
+            parent.append(copy.deepcopy(parent[path[-1]]))
         elif isinstance(parent, dict):
             parent[data.draw(STRINGS)] = data.draw(HOSTILE)
         else:

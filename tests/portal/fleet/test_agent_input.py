@@ -166,3 +166,12 @@ def test_agent_api_rejects_bad_long_poll_wait(agent: AgentClient) -> None:
                           ("61", "must be <= 60"), ("-1", "must be >= 0"),
                           ("soon", "must be a number")):
         assert _problem(agent.desired(wait=wait), "wait") == problem  # type: ignore[arg-type]
+
+
+@pytest.mark.django_db
+def test_agent_api_rejects_duplicate_gpu_index_in_inventory() -> None:
+    client = AgentClient(Client(raise_request_exception=False))
+    inventory = {"gpus": [{"index": 0, "uuid": "GPU-a"}, {"index": 0, "uuid": "GPU-b"}]}
+    resp = client.enrol("gpu-node-04", inventory=inventory)
+    assert _problem(resp, "inventory.gpus[1].index") == "must be unique in the array"
+    assert not Node.objects.filter(hostname="gpu-node-04").exists()
