@@ -176,7 +176,9 @@ _PORT = S.Obj((
     S.F("port_guid", _GUID, optional=True),
     S.F("counters", S.Map(_COUNT)),
     S.F("saturated", S.Arr(S.Str(max_len=64), max_len=256)),
+    S.F("state", S.Str(max_len=32), optional=True),  # both go into health alert text
     S.F("state_id", S.Int(max=S.INT16_MAX), optional=True),
+    S.F("phys_state", S.Str(max_len=32), optional=True),
     S.F("phys_state_id", S.Int(max=S.INT16_MAX), optional=True),
     S.F("rates_per_s", S.Map(S.Num(min=-float(S.UINT64_MAX))), optional=True),
     S.F("xmit_bytes", S.Num(), optional=True),
