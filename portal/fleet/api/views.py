@@ -18,7 +18,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonR
 from django.views.decorators.csrf import csrf_exempt
 
 from portal.core.errors import ApplicationError
-from portal.fleet import protocol, schema, selectors
+from portal.fleet import jsonbody, protocol, schema, selectors
 from portal.fleet.api.auth import agent_auth
 from portal.fleet.api.dbthread import run_db
 from portal.fleet.api.throttle import throttle
@@ -89,11 +89,11 @@ def _raw(request: HttpRequest) -> bytes:
 
 
 def _body(request: HttpRequest, spec: schema.Spec, code: str) -> dict[str, Any]:
-    """The body parsed (``schema.parse_json``: size, depth, finite numbers, clean strings)
+    """The body parsed (``jsonbody.parse_json``: size, depth, finite numbers, clean strings)
     and checked against the endpoint's ``spec``; ``code`` names a failed check (§4)."""
     try:
-        body = schema.parse_json(_raw(request), max_bytes=_max_body())
-    except schema.BodyError as exc:
+        body = jsonbody.parse_json(_raw(request), max_bytes=_max_body())
+    except jsonbody.BodyError as exc:
         code_for = code if exc.field != "$" else \
             "invalid_request" if "larger" in exc.problem else "invalid_json"
         raise AgentError(code_for, f"{exc.field}: {exc.problem}",
