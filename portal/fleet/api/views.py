@@ -148,7 +148,9 @@ def credential(request: HttpRequest, node_id: str) -> HttpResponse:
                          "previous_valid_until": until.isoformat()}, status=201)
 
 
+@csrf_exempt
 def unknown_endpoint(request: HttpRequest) -> HttpResponse:
+    """Any other path under the agent API: 404 ``not_found`` as a protocol body (§4)."""
     return _error(AgentError("not_found", "no such endpoint"))
 
 

@@ -175,3 +175,11 @@ def test_agent_api_rejects_duplicate_gpu_index_in_inventory() -> None:
     resp = client.enrol("gpu-node-04", inventory=inventory)
     assert _problem(resp, "inventory.gpus[1].index") == "must be unique in the array"
     assert not Node.objects.filter(hostname="gpu-node-04").exists()
+
+
+@pytest.mark.django_db
+def test_unknown_agent_endpoint_is_a_protocol_404() -> None:
+    client = Client(raise_request_exception=False, enforce_csrf_checks=True)
+    for path in (f"{BASE}/nodes//desired-state", f"{BASE}/nodes/x/reports/", f"{BASE}/nope"):
+        for resp in (client.get(path), client.post(path, "{}", content_type="application/json")):
+            assert resp.status_code == 404 and resp.json()["error"]["code"] == "not_found"
