@@ -121,6 +121,14 @@ ZH.update({
 "Set": "设置", "Nothing is waiting.": "没有等待中的项目。", "Contract prices": "合同价格", "GPU-h": "GPU 小时",
 "warning": "警告", "list prices": "目录价格", "Suspend": "暂停", "Resume": "恢复",
 })
+# Strings of the console's enrolment approvals (portal/console/enrolments.py).
+ZH.update({
+"Enrolments": "注册审批", "Enrolments awaiting approval": "待审批的代理注册", "Show all": "全部显示",
+"Show pending only": "仅显示待审批", "Host": "主机", "Would replace": "将替换", "last seen": "最近在线",
+"Attempts": "尝试次数", "Decision": "决定", "Approve": "批准", "Deny": "拒绝",
+"No enrolments waiting.": "没有待审批的注册。", "Enrolment approved.": "注册已批准。", "Enrolment denied.": "注册已拒绝。",
+"Each row is a host that presented a valid bootstrap token for a name whose agent is already enrolled. Approving it replaces that agent's identity (its credentials are revoked) when the host next retries; denying it keeps the current agent.": "每一行是一台主机：它出示了有效的引导令牌，但该主机名的代理已经注册。批准后，该主机下次重试时将替换现有代理的身份（其凭据被吊销）；拒绝则保留当前代理。",
+})
 
 # Membership, invitations, revocation, rate limits (docs/security.md).
 ZH.update({

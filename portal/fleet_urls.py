@@ -1,6 +1,6 @@
 """The agent API, protocol v1, mounted at ``/api/agent/v1/`` (docs/agent-protocol.md)."""
 
-from django.urls import path
+from django.urls import path, re_path
 
 from portal.fleet.api import views
 
@@ -11,4 +11,5 @@ urlpatterns = [
     path("nodes/<str:node_id>/reports", views.reports, name="reports"),
     path("nodes/<str:node_id>/desired-state", views.desired_state, name="desired-state"),
     path("nodes/<str:node_id>/credential", views.credential, name="credential"),
+    re_path(r"", views.unknown_endpoint),  # §4: 404 not_found, a protocol error body
 ]

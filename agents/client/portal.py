@@ -1,26 +1,44 @@
-"""HTTP client for the portal's agent API (httpx; the transport is injectable)."""
+"""HTTP client for the portal's agent API (httpx; the transport is injectable).
+
+It honours the portal's answers that say when to come back (``backoff.HoldOff``): after a
+``Retry-After`` (429, 503, 409 ``pending_approval``) or a refusal (4xx other than 400) it
+makes no request until the hold ends and raises the same error at once instead.
+"""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 import httpx
 
 from agents import protocol
+from agents.client.backoff import HoldOff
 
 
 class PortalError(Exception):
-    """The portal answered with an error body (4xx/5xx) or could not be reached."""
+    """The portal answered with an error body (4xx/5xx) or could not be reached.
+    ``retry_after``: seconds from the ``Retry-After`` header (or the hold left)."""
 
-    def __init__(self, status: int | None, code: str, message: str) -> None:
+    def __init__(self, status: int | None, code: str, message: str,
+                 retry_after: float | None = None) -> None:  # fmt: skip
         super().__init__(f"{status} {code}: {message}")
         self.status, self.code, self.message = status, code, message
+        self.retry_after = retry_after
 
     @property
     def retryable(self) -> bool:
+        """Worth retrying at the normal (5xx) pace: no answer, 5xx, 408, 429."""
         return self.status is None or self.status >= 500 or self.status in (408, 429)
+
+    @property
+    def refused(self) -> bool:
+        """The portal refused the request itself (4xx other than 408/429): retrying the
+        same request soon would be refused again."""
+        return self.status is not None and 400 <= self.status < 500 and not self.retryable
 
 
 @dataclass
@@ -32,8 +50,9 @@ class Credential:
 class PortalClient:
     def __init__(self, base_url: str, credential: Credential | None = None,
                  transport: httpx.BaseTransport | None = None, timeout_s: float = 10.0,
-                 verify: bool | str = True) -> None:  # fmt: skip
+                 verify: bool | str = True, hold: HoldOff | None = None) -> None:  # fmt: skip
         self.credential = credential
+        self.hold = hold or HoldOff()
         self.http = httpx.Client(
             base_url=base_url.rstrip("/"), transport=transport, timeout=timeout_s, verify=verify
         )
@@ -51,6 +70,10 @@ class PortalClient:
         self, method: str, path: str, body: Any = None,
         params: dict[str, Any] | None = None, timeout: float | None = None,
     ) -> httpx.Response:  # fmt: skip
+        if (left := self.hold.remaining()) > 0:
+            status, code = self.hold.reason
+            raise PortalError(status, code, f"holding off {left:.0f} s after the portal's "
+                              "last answer", retry_after=left)
         content = None if body is None else json.dumps(body, separators=(",", ":"))
         try:
             resp = self.http.request(
@@ -60,7 +83,10 @@ class PortalClient:
         except httpx.HTTPError as exc:
             raise PortalError(None, "unreachable", str(exc) or type(exc).__name__) from exc
         if resp.status_code >= 400:
-            raise _error(resp)
+            err = _error(resp)
+            self.hold.after_error(err.status, err.code, err.retry_after)
+            raise err
+        self.hold.ok()
         return resp
 
     def enrol(self, request: protocol.EnrolRequest) -> Credential:
@@ -96,8 +122,26 @@ class PortalClient:
 
 
 def _error(resp: httpx.Response) -> PortalError:
+    retry_after = retry_after_s(resp.headers.get("Retry-After"))
     try:
         err = resp.json()["error"]
-        return PortalError(resp.status_code, str(err["code"]), str(err.get("message", "")))
+        return PortalError(resp.status_code, str(err["code"]), str(err.get("message", "")),
+                           retry_after)
     except (ValueError, KeyError, TypeError):
-        return PortalError(resp.status_code, "http_error", resp.text[:200])
+        return PortalError(resp.status_code, "http_error", resp.text[:200], retry_after)
+
+
+def retry_after_s(value: str | None, now: datetime | None = None) -> float | None:
+    """``Retry-After`` as seconds (RFC 9110: delay-seconds or an HTTP-date), or None."""
+    if not value:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - (now or datetime.now(UTC))).total_seconds())

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from portal.console import views
+from portal.console import enrolments, views
 
 app_name = "console"
 urlpatterns = [
@@ -15,4 +15,5 @@ urlpatterns = [
     path("tenants/<slug:slug>/", views.tenant, name="tenant"),
     path("audit/", views.audit, name="audit"),
     path("billing/", views.billing_page, name="billing"),
+    path("enrolments/", enrolments.enrolments, name="enrolments"),
 ]

@@ -10,6 +10,7 @@ from portal.fleet.models import (
     AgentCredential,
     AgentReport,
     BootstrapToken,
+    EnrolmentRequest,
     FabricDesiredState,
     FabricObservedState,
     GpuTelemetry,
@@ -40,8 +41,20 @@ class AgentAdmin(ReadOnlyAdmin):
 
 @admin.register(BootstrapToken)
 class BootstrapTokenAdmin(ReadOnlyAdmin):
-    list_display = ("pk", "role", "created", "expires_at", "used_at", "used_by", "note")
+    list_display = ("pk", "role", "hostname_pattern", "allow_reenrol", "created", "expires_at",
+                    "used_at", "used_by", "note")
     exclude = ("token_hash",)
+
+
+@admin.register(EnrolmentRequest)
+class EnrolmentRequestAdmin(ReadOnlyAdmin):
+    """Decisions are made on Console → Enrolments (audited), not here."""
+
+    list_display = ("hostname", "role", "agent", "state", "created", "attempts",
+                    "remote_addr", "decided_by", "decided_at")
+    list_filter = ("state", "role")
+    list_select_related = ("agent", "decided_by")
+    search_fields = ("hostname",)
 
 
 @admin.register(AgentCredential)

@@ -1,8 +1,12 @@
 """Protocol v1 as the portal reads it (docs/agent-protocol.md).
 
-A re-implementation of the agent side's validator (``agents/protocol.py``): the portal
-must not import ``agents`` (layering), and both sides must agree on every problem they
-report, field path and wording included (tests/portal/fleet/test_protocol.py checks it).
+The request bodies every agent endpoint accepts are declared once below (``ENROL``,
+``REPORT``, ``CREDENTIAL``, ``DESIRED_QUERY``) with the storage bounds of each field
+(``portal.fleet.schema``). Within the agents' own rules (``agents/protocol.py``: the
+portal must not import ``agents``) both sides report the same problems, field path and
+wording included (tests/portal/fleet/test_protocol.py checks it); the portal adds upper
+bounds, finite numbers and string lengths on top. The desired-state validator checks the
+portal's own output against §6.
 """
 
 from __future__ import annotations
@@ -10,7 +14,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any
+
+from portal.fleet import schema as S
+from portal.fleet.schema import Problem
 
 PROTOCOL_VERSION = 1
 MAX_LONG_POLL_S = 60
@@ -26,15 +33,13 @@ ERROR_CODES = {
     "unauthenticated": 401,
     "forbidden": 403,
     "not_found": 404,
+    "enrolment_refused": 403,
+    "enrolment_denied": 403,
+    "pending_approval": 409,
     "rate_limited": 429,
 }
 _PKEY_RE = re.compile(r"^0x[0-9a-f]{4}$")
 _GUID_RE = re.compile(r"^0x[0-9a-f]{16}$")
-
-
-class Problem(TypedDict):
-    field: str
-    problem: str
 
 
 def error_body(code: str, message: str, details: list[Problem] | None = None) -> dict[str, Any]:
@@ -93,129 +98,153 @@ def _kind_name(kind: type | tuple[type, ...]) -> str:
     return " or ".join(names.get(k, k.__name__) for k in _tuple(kind))
 
 
-NUM = (int, float)
-_GPU_NUMBERS = (
-    "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "gpu_util_pct",
-    "mem_util_pct", "power_w", "energy_mj", "sm_clock_mhz", "mem_clock_mhz",
-    "ecc_uncorrected_volatile", "remapped_rows_correctable", "remapped_rows_uncorrectable",
-)  # fmt: skip
-
-
 def _protocol(v: _V, d: dict[str, Any]) -> None:
     version = v.req(d, "protocol", int, "")
     if version is not None and version != PROTOCOL_VERSION:
         v.add("protocol", f"unsupported version {version}; this server speaks {PROTOCOL_VERSION}")
 
 
+# --- request bodies, declared once (portal.fleet.schema) ---------------------------
+TS_MAX = 4_102_444_800.0  # 2100-01-01: a ``ts`` becomes a timezone-aware datetime
+_HOSTNAME_RE = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+                          r"(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+_GUID = S.Str(max_len=18, pattern=_GUID_RE, pattern_message="must be 0x + 16 lowercase hex digits")
+_COUNT = S.Int(min=0, max=S.UINT64_MAX, message="must be an integer >= 0")
+_TS = S.Num(min=0, max=TS_MAX)
+_OBJECTS = S.Arr(S.Obj(max_keys=64), max_len=10_000)
+
+
+def _version(value: Any) -> str | None:
+    if value != PROTOCOL_VERSION:
+        return f"unsupported version {value}; this server speaks {PROTOCOL_VERSION}"
+    return None
+
+
+_PROTOCOL = S.F("protocol", S.Int(min=-S.INT64_MAX, check=_version))
+_HOST_INVENTORY = S.Obj((
+    S.F("hostname", S.Str(max_len=253), optional=True),
+    S.F("cpus", S.Int(max=S.INT32_MAX // 1000), optional=True),
+    S.F("memory_total_bytes", S.Int(max=S.INT64_MAX), optional=True),
+))
+_GPU_INVENTORY = S.Obj((
+    S.F("index", S.Int(max=S.INT16_MAX), optional=True),
+    S.F("uuid", S.Str(max_len=64), optional=True),
+    S.F("name", S.Str(max_len=128), optional=True),
+    S.F("pci_bus_id", S.Str(max_len=32), optional=True),
+    S.F("memory_total_bytes", S.Int(max=S.INT32_MAX * 2**20), optional=True),
+))
+_PORT_INVENTORY = S.Obj((
+    S.F("device", S.Str(max_len=32), optional=True),
+    S.F("port", S.Int(min=1, max=S.INT16_MAX), optional=True),
+    S.F("port_guid", S.Str(max_len=18), optional=True),
+    S.F("node_guid", S.Str(max_len=64), optional=True),
+    S.F("link_layer", S.Str(max_len=32), optional=True),
+    S.F("rate_gbps", S.Num(max=1e6), optional=True),
+))
+ENROL = S.Obj((
+    _PROTOCOL,
+    S.F("bootstrap_token", S.Str(max_len=128)),
+    S.F("role", S.Str(max_len=8, choices=ROLES)),
+    S.F("hostname", S.Str(max_len=253, pattern=_HOSTNAME_RE,
+                          pattern_message="must be a DNS host name (RFC 1123)")),
+    S.F("agent_version", S.Str(max_len=32)),
+    S.F("machine_id", S.Str(max_len=64), optional=True),
+    S.F("inventory", S.Obj((
+        S.F("host", _HOST_INVENTORY, optional=True),
+        S.F("gpus", S.Arr(_GPU_INVENTORY, max_len=256, unique="index"), optional=True),
+        S.F("ib_ports", S.Arr(_PORT_INVENTORY, max_len=256), optional=True),
+    )), optional=True),
+))
+
+_GPU = S.Obj((
+    S.F("index", S.Int(max=S.INT16_MAX)),
+    S.F("healthy", S.Bool()),
+    S.F("uuid", S.Str(max_len=64), optional=True),
+    *(S.F(key, S.Num(), optional=True) for key in (
+        "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "gpu_util_pct",
+        "mem_util_pct", "power_w", "energy_mj", "sm_clock_mhz", "mem_clock_mhz",
+        "ecc_uncorrected_volatile", "remapped_rows_correctable",
+        "remapped_rows_uncorrectable")),
+    S.F("temperature_c", S.Num(min=-1000, max=1000), optional=True),
+    S.F("last_xid", S.Int(min=-S.INT32_MAX - 1, max=S.INT32_MAX), optional=True),
+    S.F("lost", S.Bool(), optional=True),
+    S.F("name", S.Str(max_len=128), optional=True),
+    S.F("pci_bus_id", S.Str(max_len=32), optional=True),
+))
+_PORT = S.Obj((
+    S.F("device", S.Str(max_len=32)),
+    S.F("port", S.Int(min=1, max=S.INT16_MAX)),
+    S.F("port_guid", _GUID, optional=True),
+    S.F("counters", S.Map(_COUNT)),
+    S.F("saturated", S.Arr(S.Str(max_len=64), max_len=256)),
+    S.F("state", S.Str(max_len=32), optional=True),  # both go into health alert text
+    S.F("state_id", S.Int(max=S.INT16_MAX), optional=True),
+    S.F("phys_state", S.Str(max_len=32), optional=True),
+    S.F("phys_state_id", S.Int(max=S.INT16_MAX), optional=True),
+    S.F("rates_per_s", S.Map(S.Num(min=-float(S.UINT64_MAX))), optional=True),
+    S.F("xmit_bytes", S.Num(), optional=True),
+    S.F("rcv_bytes", S.Num(), optional=True),
+))
+_XID = S.Obj((
+    S.F("gpu_uuid", S.Str(max_len=64)),
+    S.F("xid", S.Int(max=S.INT32_MAX)),
+    S.F("ts", _TS),
+))
+_TELEMETRY = S.Obj((
+    S.F("ts", _TS),
+    S.F("host", S.Obj((S.F("hostname", S.Str(max_len=253)),))),
+    S.F("gpus", S.Arr(_GPU, max_len=256), optional=True),
+    S.F("ib_ports", S.Arr(_PORT, max_len=256), optional=True),
+    S.F("xid_events", S.Arr(_XID, max_len=1000), optional=True),
+))
+# One GPU's teardown check (optional, additive in v1; agents/node/cleaning.py): clean = no
+# process is left on it; what could not be reset is said, never hidden.
+_CLEANING = S.Obj((
+    S.F("gpu_index", S.Int(max=S.INT16_MAX)),
+    S.F("clean", S.Bool()),
+    S.F("lease_id", S.Str(max_len=64), optional=True),
+    S.F("gpu_uuid", S.Str(max_len=64), optional=True),
+    S.F("processes", S.Arr(S.Anything(), max_len=1024), optional=True),
+    S.F("killed", S.Arr(S.Anything(), max_len=1024), optional=True),
+    S.F("reset", S.Arr(S.Anything(), max_len=64), optional=True),
+    S.F("not_reset", _OBJECTS, optional=True),
+    S.F("checked_at", S.Num(min=0), optional=True),
+))
+_OBSERVED = S.Obj((
+    S.F("generation_applied", S.Int()),
+    S.F("generation_seen", S.Int(), optional=True),
+    S.F("apply_errors", _OBJECTS, optional=True),
+    S.F("partitions", _OBJECTS, optional=True),
+    S.F("ipoib_children", _OBJECTS, optional=True),
+    S.F("access_grants", _OBJECTS, optional=True),
+    S.F("gpu_cleaning", S.Arr(_CLEANING, max_len=256), optional=True),
+    S.F("manager", S.Str(max_len=32), optional=True),
+    S.F("drift", S.Arr(S.Obj(max_keys=16), max_len=100_000), optional=True),
+))
+REPORT = S.Obj((
+    _PROTOCOL,
+    S.F("node_id", S.Str(max_len=32)),
+    S.F("seq", S.Int(min=1)),
+    S.F("created_at", S.Str(max_len=64)),
+    S.F("agent_version", S.Str(max_len=32)),
+    S.F("dropped_reports", S.Int()),
+    S.F("observed", _OBSERVED),
+    S.F("telemetry", S.Arr(_TELEMETRY, max_len=MAX_TELEMETRY_PER_REPORT)),
+))
+CREDENTIAL = S.Obj((S.F("protocol", S.Int(min=-S.INT64_MAX, check=_version), optional=True),))
+DESIRED_QUERY: dict[str, tuple[S.Spec, Any]] = {
+    "after_generation": (S.Int(min=-1), -1),
+    "wait": (S.Num(max=MAX_LONG_POLL_S), 0.0),
+}
+
+
 def validate_enrol(body: Any) -> list[Problem]:
-    v = _V([])
-    d = v.obj(body, "$")
-    if d is None:
-        return v.problems
-    _protocol(v, d)
-    v.req(d, "bootstrap_token", str, "")
-    role = v.req(d, "role", str, "")
-    if role is not None and role not in ROLES:
-        v.add("role", f"must be one of {', '.join(ROLES)}")
-    v.req(d, "hostname", str, "")
-    v.req(d, "agent_version", str, "")
-    v.req(d, "machine_id", str, "", optional=True)
-    if d.get("inventory") is not None:
-        v.obj(d["inventory"], "inventory")
-    return v.problems
+    return S.problems(ENROL, body)
 
 
 def validate_report(body: Any) -> list[Problem]:
     """Problems in a report body; an empty list means valid."""
-    v = _V([])
-    d = v.obj(body, "$")
-    if d is None:
-        return v.problems
-    _protocol(v, d)
-    v.req(d, "node_id", str, "")
-    v.req(d, "seq", int, "", minimum=1)
-    v.req(d, "created_at", str, "")
-    v.req(d, "agent_version", str, "")
-    v.req(d, "dropped_reports", int, "", minimum=0)
-    observed = v.req(d, "observed", dict, "")
-    if observed is not None:
-        _observed(v, observed)
-    telemetry = v.req(d, "telemetry", list, "")
-    if telemetry is not None:
-        v.lst(telemetry, "telemetry", MAX_TELEMETRY_PER_REPORT)
-        for i, item in enumerate(telemetry[:MAX_TELEMETRY_PER_REPORT]):
-            _telemetry(v, item, f"telemetry[{i}]")
-    return v.problems
-
-
-def _observed(v: _V, o: dict[str, Any]) -> None:
-    v.req(o, "generation_applied", int, "observed", minimum=0)
-    for key in ("apply_errors", "partitions", "ipoib_children", "access_grants"):
-        if key in o:
-            for i, item in enumerate(v.lst(o[key], f"observed.{key}")):
-                v.obj(item, f"observed.{key}[{i}]")
-    if "gpu_cleaning" in o:
-        for i, item in enumerate(v.lst(o["gpu_cleaning"], "observed.gpu_cleaning")):
-            _cleaning(v, item, f"observed.gpu_cleaning[{i}]")
-
-
-def _cleaning(v: _V, item: Any, path: str) -> None:
-    """One GPU's teardown check (optional, additive in v1): clean = no process left."""
-    c = v.obj(item, path)
-    if c is None:
-        return
-    v.req(c, "gpu_index", int, path, minimum=0)
-    v.req(c, "clean", bool, path)
-    v.req(c, "lease_id", str, path, optional=True)
-    v.req(c, "gpu_uuid", str, path, optional=True)
-    v.req(c, "processes", list, path, optional=True)
-    v.req(c, "checked_at", NUM, path, minimum=0, optional=True)
-
-
-def _telemetry(v: _V, item: Any, path: str) -> None:
-    t = v.obj(item, path)
-    if t is None:
-        return
-    v.req(t, "ts", NUM, path, minimum=0)
-    host = v.req(t, "host", dict, path)
-    if host is not None:
-        v.req(host, "hostname", str, f"{path}.host")
-    for i, gpu in enumerate(v.lst(t.get("gpus", []), f"{path}.gpus")):
-        gp = f"{path}.gpus[{i}]"
-        g = v.obj(gpu, gp)
-        if g is None:
-            continue
-        v.req(g, "index", int, gp, minimum=0)
-        v.req(g, "healthy", bool, gp)
-        v.req(g, "uuid", str, gp, optional=True)
-        for key in _GPU_NUMBERS:
-            v.req(g, key, NUM, gp, minimum=0, optional=True)
-        v.req(g, "temperature_c", NUM, gp, optional=True)
-        v.req(g, "last_xid", int, gp, optional=True)
-    for i, port in enumerate(v.lst(t.get("ib_ports", []), f"{path}.ib_ports")):
-        _ib_port(v, port, f"{path}.ib_ports[{i}]")
-    for i, ev in enumerate(v.lst(t.get("xid_events", []), f"{path}.xid_events")):
-        e = v.obj(ev, f"{path}.xid_events[{i}]")
-        if e is not None:
-            v.req(e, "gpu_uuid", str, f"{path}.xid_events[{i}]")
-            v.req(e, "xid", int, f"{path}.xid_events[{i}]", minimum=0)
-            v.req(e, "ts", NUM, f"{path}.xid_events[{i}]", minimum=0)
-
-
-def _ib_port(v: _V, port: Any, pp: str) -> None:
-    p = v.obj(port, pp)
-    if p is None:
-        return
-    v.req(p, "device", str, pp)
-    v.req(p, "port", int, pp, minimum=1)
-    guid = v.req(p, "port_guid", str, pp, optional=True)
-    if guid is not None and not _GUID_RE.match(guid):
-        v.add(f"{pp}.port_guid", "must be 0x + 16 lowercase hex digits")
-    counters = v.req(p, "counters", dict, pp)
-    for name, value in (counters or {}).items():
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            v.add(f"{pp}.counters.{name}", "must be an integer >= 0")
-    v.req(p, "saturated", list, pp)
+    return S.problems(REPORT, body)
 
 
 def validate_desired_state(body: Any, role: str = "node") -> list[Problem]:

@@ -134,3 +134,13 @@ def telemetry_history(*, gpus: Iterable[tuple[int, int, datetime]],
     return list(TelemetrySample.objects.filter(wanted, minute__lt=until)
                 .order_by("minute", "node_id", "kind", "key")
                 .values("node_id", "kind", "key", "minute", "values"))
+
+
+def enrolment_requests(*, pending_only: bool = True) -> Any:
+    """Held enrolments (takeovers awaiting an operator), newest first, for the console."""
+    from portal.fleet.models import EnrolmentRequest
+
+    rows = EnrolmentRequest.objects.select_related("agent", "agent__node", "decided_by")
+    if pending_only:
+        rows = rows.filter(state=EnrolmentRequest.State.PENDING)
+    return rows.order_by("-created")

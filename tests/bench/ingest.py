@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     ensure_database(db)
     manage(env, "migrate", "--noinput")
     tokens = manage(env, "agent_token", "create", "--count", str(args.nodes),
-                    "--note", "bench").split()
+                    "--hostname", "sim-node-*", "--reenrol", "--note", "bench").split()
     port = free_port()
     server = start_server(env, port, args.server_workers)
     warmup = args.warmup if args.warmup is not None else 2 * args.interval

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from django.http import HttpRequest
 
+from portal.fleet.api.throttle import throttle
 from portal.fleet.errors import AgentError
 from portal.fleet.models import AgentCredential
 from portal.fleet.services.enrolment import credential_authenticate
 
 
 class AgentCredentialAuth:
-    """Resolves the request's agent credential; 401 for a missing/unknown/revoked/expired
-    one, 403 when the ``{node_id}`` in the URL is not the credential's agent."""
+    """Resolves the request's agent credential; 429 when the credential is over its rate
+    (before any database work), 401 for a missing/unknown/revoked/expired one, 403 when
+    the ``{node_id}`` in the URL is not the credential's agent."""
 
     keyword = "Bearer "
 
@@ -19,7 +21,9 @@ class AgentCredentialAuth:
         header = request.headers.get("Authorization", "")
         cred = None
         if header.startswith(self.keyword):
-            cred = credential_authenticate(header[len(self.keyword):].strip())
+            raw = header[len(self.keyword):].strip()
+            throttle(scope="agent", secret=raw)
+            cred = credential_authenticate(raw)
         if cred is None:
             raise AgentError("unauthenticated", "missing, invalid, expired or revoked credential")
         if cred.agent.agent_id != node_id:

@@ -7,7 +7,6 @@ The long-poll is an async view that holds no transaction (and no connection) whi
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -18,9 +17,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonR
 from django.views.decorators.csrf import csrf_exempt
 
 from portal.core.errors import ApplicationError
-from portal.fleet import protocol, selectors, wakeup
+from portal.fleet import jsonbody, protocol, schema, selectors, wakeup
 from portal.fleet.api.auth import agent_auth
 from portal.fleet.api.dbthread import run_db
+from portal.fleet.api.throttle import throttle
 from portal.fleet.errors import AgentError
 from portal.fleet.services.enrolment import agent_enrol, credential_rotate
 from portal.fleet.services.ingest import report_ingest
@@ -29,11 +29,15 @@ log = logging.getLogger("portal.fleet.agent_api")
 HEARTBEAT_INTERVAL_S = 10
 LONG_POLL_TIMEOUT_S = 30
 MAX_BODY_BYTES = 16 * 2**20
+PENDING_RETRY_S = 60
 
 
 def _error(exc: ApplicationError) -> JsonResponse:
     if isinstance(exc, AgentError):
-        return JsonResponse(exc.body(), status=exc.status_code)
+        response = JsonResponse(exc.body(), status=exc.status_code)
+        if exc.retry_after is not None:
+            response["Retry-After"] = str(exc.retry_after)
+        return response
     details = [{"field": f, "problem": "; ".join(m)} for f, m in exc.fields.items()]
     return JsonResponse(protocol.error_body(exc.code, exc.message, details),
                         status=exc.status_code)
@@ -48,9 +52,9 @@ def agent_endpoint(method: str) -> Callable[[Callable[..., HttpResponse]], Any]:
             try:
                 return view(request, *args, **kwargs)
             except ApplicationError as exc:
-                if exc.code not in ("unauthenticated", "forbidden"):
-                    log.warning("agent API %s %s: %s %s", request.method, request.path,
-                                exc.code, exc.message)
+                if exc.code not in ("unauthenticated", "forbidden", "rate_limited"):
+                    log.warning("agent API %s %s: %s %s %s", request.method, request.path,
+                                exc.code, exc.message, getattr(exc, "details", [])[:3])
                 return _error(exc)
 
         @csrf_exempt
@@ -63,54 +67,71 @@ def agent_endpoint(method: str) -> Callable[[Callable[..., HttpResponse]], Any]:
     return decorate
 
 
+def _max_body() -> int:
+    return int(getattr(settings, "GPUPOOL_AGENT_MAX_BODY_BYTES", MAX_BODY_BYTES))
+
+
 def _raw(request: HttpRequest) -> bytes:
     """The body, read directly: a report may carry up to 120 samples (a spool resend after
     an outage), above Django's ``DATA_UPLOAD_MAX_MEMORY_SIZE`` (2.5 MB) that guards forms.
     Our own bound is ``GPUPOOL_AGENT_MAX_BODY_BYTES`` (16 MiB)."""
-    limit = int(getattr(settings, "GPUPOOL_AGENT_MAX_BODY_BYTES", MAX_BODY_BYTES))
+    limit = _max_body()
     try:
         length = int(request.META.get("CONTENT_LENGTH") or 0)
     except ValueError:
         length = 0
     if length > limit:
-        raise AgentError("invalid_request", f"body larger than {limit} bytes")
+        raise AgentError("invalid_request", f"body larger than {limit} bytes",
+                         [{"field": "$", "problem": f"at most {limit} bytes"}])
     return request.read(limit + 1)
 
 
-def _body(request: HttpRequest) -> dict[str, Any]:
-    raw = _raw(request)
-    if len(raw) > int(getattr(settings, "GPUPOOL_AGENT_MAX_BODY_BYTES", MAX_BODY_BYTES)):
-        raise AgentError("invalid_request", "body too large")
+def _body(request: HttpRequest, spec: schema.Spec, code: str) -> dict[str, Any]:
+    """The body parsed (``jsonbody.parse_json``: size, depth, finite numbers, clean strings)
+    and checked against the endpoint's ``spec``; ``code`` names a failed check (§4)."""
     try:
-        body = json.loads(raw or b"null")
-    except ValueError:
-        body = None
+        body = jsonbody.parse_json(_raw(request), max_bytes=_max_body())
+    except jsonbody.BodyError as exc:
+        code_for = code if exc.field != "$" else \
+            "invalid_request" if "larger" in exc.problem else "invalid_json"
+        raise AgentError(code_for, f"{exc.field}: {exc.problem}",
+                         [{"field": exc.field, "problem": exc.problem}]) from None
     if not isinstance(body, dict):
         raise AgentError("invalid_json", "body is not a JSON object")
     if "protocol" in body and body["protocol"] != protocol.PROTOCOL_VERSION:
         raise AgentError("unsupported_protocol",
-                         f"unsupported protocol {body['protocol']!r}; this server speaks 1")
+                         f"unsupported protocol {str(body['protocol'])[:20]!r}; "
+                         "this server speaks 1")
+    if problems := schema.problems(spec, body):
+        raise AgentError(code, f"{len(problems)} problem(s)", problems)
     return body
 
 
 @agent_endpoint("POST")
 def enrol(request: HttpRequest) -> HttpResponse:
-    body = _body(request)
-    if problems := protocol.validate_enrol(body):
-        raise AgentError("invalid_request", "invalid enrolment", problems)
-    agent, credential = agent_enrol(body=body)
-    return JsonResponse({"protocol": 1, "node_id": agent.agent_id, "credential": credential,
+    body = _body(request, protocol.ENROL, "invalid_request")
+    throttle(scope="enrol", secret=body["bootstrap_token"])
+    result = agent_enrol(body=body, remote_addr=request.META.get("REMOTE_ADDR") or "")
+    if result.state == "pending":
+        raise AgentError("pending_approval", "this host would replace an enrolled agent: "
+                         "an operator must approve it; retry later with the same token",
+                         retry_after=_pending_retry_s())
+    if result.state == "denied":
+        raise AgentError("enrolment_denied", "an operator denied this enrolment")
+    return JsonResponse({"protocol": 1, "node_id": result.agent.agent_id,
+                         "credential": result.credential,
                          "heartbeat_interval_s": HEARTBEAT_INTERVAL_S,
                          "long_poll_timeout_s": LONG_POLL_TIMEOUT_S}, status=201)
+
+
+def _pending_retry_s() -> int:
+    return int(getattr(settings, "GPUPOOL_AGENT_PENDING_RETRY_S", PENDING_RETRY_S))
 
 
 @agent_endpoint("POST")
 def reports(request: HttpRequest, node_id: str) -> HttpResponse:
     cred = agent_auth.authenticate(request, node_id)
-    body = _body(request)
-    if problems := protocol.validate_report(body):
-        log.warning("invalid report from %s: %s", node_id, problems[:5])
-        raise AgentError("invalid_report", f"{len(problems)} problem(s)", problems)
+    body = _body(request, protocol.REPORT, "invalid_report")
     if body["node_id"] != node_id:
         raise AgentError("forbidden", "report is for another node")
     return JsonResponse(report_ingest(agent=cred.agent, body=body))
@@ -119,21 +140,23 @@ def reports(request: HttpRequest, node_id: str) -> HttpResponse:
 @agent_endpoint("POST")
 def credential(request: HttpRequest, node_id: str) -> HttpResponse:
     cred = agent_auth.authenticate(request, node_id)
-    _body(request)
+    _body(request, protocol.CREDENTIAL, "invalid_request")
     raw, until = credential_rotate(agent=cred.agent)
     return JsonResponse({"protocol": 1, "credential": raw,
                          "previous_valid_until": until.isoformat()}, status=201)
 
 
+@csrf_exempt
+def unknown_endpoint(request: HttpRequest) -> HttpResponse:
+    """Any other path under the agent API: 404 ``not_found`` as a protocol body (§4)."""
+    return _error(AgentError("not_found", "no such endpoint"))
+
+
 def _params(request: HttpRequest) -> tuple[int, float]:
-    try:
-        after = int(request.GET.get("after_generation", "-1"))
-        wait = float(request.GET.get("wait", "0"))
-    except ValueError as exc:
-        raise AgentError("invalid_request", "after_generation and wait must be numbers") from exc
-    if not 0 <= wait <= protocol.MAX_LONG_POLL_S:
-        raise AgentError("invalid_request", f"wait must be 0..{protocol.MAX_LONG_POLL_S}")
-    return after, wait
+    values, problems = schema.parse_query(request.GET, protocol.DESIRED_QUERY)
+    if problems:
+        raise AgentError("invalid_request", f"{len(problems)} problem(s)", problems)
+    return int(values["after_generation"]), float(values["wait"])
 
 
 def _who(request: HttpRequest, node_id: str) -> tuple[str, int | None]:

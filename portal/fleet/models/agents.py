@@ -42,10 +42,15 @@ class Agent(models.Model):
 
 
 class BootstrapToken(models.Model):
-    """A one-time enrolment token; only its sha256 is stored."""
+    """A one-time enrolment token; only its sha256 is stored. It enrols only a host whose
+    name matches ``hostname_pattern`` (``fnmatch``, case-insensitive; empty: none — a
+    token issued before bindings) in ``role``; ``allow_reenrol`` lets it replace an
+    enrolled agent's identity without an operator's approval (a planned reinstall)."""
 
     token_hash = models.CharField(max_length=64, unique=True)
     role = models.CharField(max_length=8, choices=Role.choices, default=Role.NODE)
+    hostname_pattern = models.CharField(max_length=253, default="", blank=True)
+    allow_reenrol = models.BooleanField(default=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
                                    null=True, blank=True, related_name="+")
     created = models.DateTimeField(auto_now_add=True)

@@ -3,7 +3,9 @@ rotatable with overlap)."""
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
+import re
 import secrets
 from datetime import datetime, timedelta
 from typing import Any
@@ -20,16 +22,20 @@ from portal.fleet.models import (
     AgentCredential,
     AgentReport,
     BootstrapToken,
+    EnrolmentRequest,
     NodeDesiredState,
     NodeHealth,
 )
 from portal.fleet.models.agents import Role
+from portal.fleet.services import approval
+from portal.fleet.services.approval import Enrolment
 from portal.fleet.services.desired import agent_for_node, new_agent_id
 from portal.fleet.services.inventory_sync import node_for_enrolment
 from portal.tenants.access import AnyUser, is_staff
 
 DEFAULT_OVERLAP_S = 3600
 DEFAULT_ENROL_RETRY_S = 600
+_PATTERN_RE = re.compile(r"^[A-Za-z0-9.*?\[\]!-]{1,253}$")
 
 
 def digest(secret: str) -> str:
@@ -37,21 +43,30 @@ def digest(secret: str) -> str:
 
 
 @transaction.atomic
-def bootstrap_token_create(*, actor: AnyUser | None, role: str = Role.NODE,
-                           ttl_hours: float = 24, note: str = "") -> tuple[BootstrapToken, str]:
-    """A new one-time token; the clear text is returned once and never stored. Staff only
-    (``actor=None``: the operator's management command)."""
+def bootstrap_token_create(*, actor: AnyUser | None, hostname: str, role: str = Role.NODE,
+                           ttl_hours: float = 24, note: str = "",
+                           allow_reenrol: bool = False) -> tuple[BootstrapToken, str]:
+    """A new one-time token for hosts named ``hostname`` (an ``fnmatch`` pattern such as
+    ``gpu-node-*``) in ``role``; the clear text is returned once and never stored. Staff
+    only (``actor=None``: the operator's management command). ``allow_reenrol``: it may
+    replace an enrolled agent's identity without approval (a planned reinstall)."""
     if actor is not None and not is_staff(actor):
         raise PermissionDenied("Only staff may issue bootstrap tokens.")
     if role not in Role.values:
         raise AgentError("invalid_request", f"role must be one of {', '.join(Role.values)}")
+    if not _PATTERN_RE.match(hostname or "") or hostname.strip("*?") == "":
+        raise AgentError("invalid_request", "hostname must be a host name or an fnmatch "
+                         "pattern naming some (not only wildcards)",
+                         [{"field": "hostname", "problem": "invalid host name pattern"}])
     raw = "gpb_" + secrets.token_urlsafe(24)
     token = BootstrapToken.objects.create(
-        token_hash=digest(raw), role=role, note=note,
+        token_hash=digest(raw), role=role, note=note, hostname_pattern=hostname.lower(),
+        allow_reenrol=allow_reenrol,
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
         expires_at=clock.now() + timedelta(hours=ttl_hours))
     audit_record(actor=actor, action="fleet.bootstrap_token_create", obj=token,
-                 changes={"role": role, "ttl_hours": ttl_hours})
+                 changes={"role": role, "ttl_hours": ttl_hours, "hostname": hostname.lower(),
+                          "allow_reenrol": allow_reenrol})
     return token, raw
 
 
@@ -61,28 +76,81 @@ def _new_credential(agent: Agent) -> str:
     return raw
 
 
+def _refused() -> AgentError:
+    return AgentError("invalid_bootstrap_token", "unknown, used or expired bootstrap token")
+
+
 @transaction.atomic
-def agent_enrol(*, body: dict[str, Any]) -> tuple[Agent, str]:
-    """Consume the bootstrap token, create or attach the agent (and for the node role its
-    inventory Node by hostname) and return it with a fresh credential. ``body`` has been
-    validated against §8."""
+def agent_enrol(*, body: dict[str, Any], remote_addr: str = "") -> Enrolment:
+    """Consume the bootstrap token and enrol the host (creating or attaching its agent and,
+    for the node role, its inventory Node by hostname) with a fresh credential. A host
+    outside the token's binding is refused (403 ``enrolment_refused``); one that would
+    take over an enrolled agent's identity is held for an operator (``pending``).
+    ``body`` has been validated against ``protocol.ENROL``."""
     now = clock.now()
     token = (BootstrapToken.objects.select_for_update(of=("self",)).select_related("used_by")
              .filter(token_hash=digest(body["bootstrap_token"])).first())
-    if token is not None and _is_retry(token, body, now):
-        return _enrol_retry(token.used_by)
-    if token is None or token.used_at is not None or token.expires_at <= now \
-            or token.role != body["role"]:
-        raise AgentError("invalid_bootstrap_token", "unknown, used or expired bootstrap token")
+    if token is None:
+        raise _refused()
+    held = EnrolmentRequest.objects.select_for_update().filter(token=token).first()
+    if held is not None and held.state != EnrolmentRequest.State.COMPLETED:
+        if (answer := approval.held_enrolment(request=held, body=body, now=now)) is not None:
+            return answer
+        done = _complete(token, _attach(body), body, now)  # approved: take over now
+        approval.enrolment_completed(request=held)
+        return done
+    if token.used_at is not None:
+        if _is_retry(token, body, now):
+            return _enrol_retry(token.used_by)
+        raise _refused()
+    if token.expires_at <= now:
+        raise _refused()
+    _check_binding(token, body)
+    existing = _existing_agent(body)
+    if existing is not None and _has_identity(existing) and not token.allow_reenrol:
+        return approval.enrolment_hold(token=token, agent=existing, body=body, now=now,
+                                       remote_addr=remote_addr)
+    return _complete(token, _attach(body), body, now)
+
+
+def _check_binding(token: BootstrapToken, body: dict[str, Any]) -> None:
+    if token.role != body["role"]:
+        raise AgentError("enrolment_refused", f"this bootstrap token enrols {token.role} agents",
+                         [{"field": "role", "problem": "not allowed by this bootstrap token"}])
+    if not token.hostname_pattern or not fnmatch.fnmatchcase(body["hostname"].lower(),
+                                                             token.hostname_pattern):
+        raise AgentError("enrolment_refused", "this bootstrap token is not valid for "
+                         "this host name", [{"field": "hostname",
+                                              "problem": "not allowed by this bootstrap token"}])
+
+
+def _existing_agent(body: dict[str, Any]) -> Agent | None:
+    """The agent whose identity this enrolment would attach to (none yet: a new host)."""
+    if body["role"] == Role.NODE:
+        return Agent.objects.select_for_update().filter(node__hostname=body["hostname"]).first()
+    return Agent.objects.select_for_update().filter(role=Role.FABRIC,
+                                                    hostname=body["hostname"]).first()
+
+
+def _has_identity(agent: Agent) -> bool:
+    """An agent that enrolled (or holds a credential): taking it over needs approval."""
+    return agent.enrolled_at is not None or agent.credentials.exists()
+
+
+def _attach(body: dict[str, Any]) -> Agent:
     if body["role"] == Role.NODE:
         node = node_for_enrolment(hostname=body["hostname"],
                                   inventory=body.get("inventory") or {})
-        agent = agent_for_node(node=node)
         NodeHealth.objects.get_or_create(node=node)
-    else:
-        agent = Agent.objects.filter(role=Role.FABRIC, hostname=body["hostname"]).first() \
-            or Agent.objects.create(agent_id=new_agent_id(), role=Role.FABRIC,
-                                    hostname=body["hostname"])
+        return agent_for_node(node=node)
+    return Agent.objects.filter(role=Role.FABRIC, hostname=body["hostname"]).first() \
+        or Agent.objects.create(agent_id=new_agent_id(), role=Role.FABRIC,
+                                hostname=body["hostname"])
+
+
+def _complete(token: BootstrapToken, agent: Agent, body: dict[str, Any],
+              now: datetime) -> Enrolment:
+    """Enrol ``agent`` with ``token`` (a re-enrolled one gets a new identity)."""
     if agent.enrolled_at is not None:
         _new_identity(agent)
     agent.enrolled_at, agent.agent_version = now, body["agent_version"][:32]
@@ -94,7 +162,7 @@ def agent_enrol(*, body: dict[str, Any]) -> tuple[Agent, str]:
     audit_record(actor=None, actor_repr=f"agent:{agent.agent_id}", action="fleet.agent_enrol",
                  obj=agent, changes={"role": agent.role, "hostname": agent.hostname,
                                      "bootstrap_token": token.pk})
-    return agent, raw
+    return Enrolment("enrolled", agent, raw)
 
 
 def _is_retry(token: BootstrapToken, body: dict[str, Any], now: datetime) -> bool:
@@ -111,14 +179,14 @@ def _is_retry(token: BootstrapToken, body: dict[str, Any], now: datetime) -> boo
             and agent.machine_id == str(body.get("machine_id") or "")[:64])
 
 
-def _enrol_retry(agent: Agent | None) -> tuple[Agent, str]:
+def _enrol_retry(agent: Agent | None) -> Enrolment:
     assert agent is not None
     AgentCredential.objects.filter(agent=agent, revoked_at__isnull=True).update(
         revoked_at=clock.now())
     raw = _new_credential(agent)
     audit_record(actor=None, actor_repr=f"agent:{agent.agent_id}",
                  action="fleet.agent_enrol_retry", obj=agent, changes={})
-    return agent, raw
+    return Enrolment("enrolled", agent, raw)
 
 
 def _new_identity(agent: Agent) -> None:

@@ -26,7 +26,7 @@ class AgentClient:
 
     def enrol(self, hostname: str = "gpu-node-01", role: str = "node",
               inventory: dict[str, Any] | None = None, token: str | None = None) -> Any:
-        token = token or bootstrap_token_create(actor=None, role=role)[1]
+        token = token or bootstrap_token_create(actor=None, role=role, hostname=hostname)[1]
         body = {"protocol": 1, "bootstrap_token": token, "role": role, "hostname": hostname,
                 "agent_version": "0.1.0", "inventory": inventory or {}}
         resp = self.post(f"{BASE}/enrol", body, credential="")

@@ -64,7 +64,7 @@ def run_for(agent: NodeAgent, clock: Clock, seconds: float) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_real_agent_enrols_reports_and_applies_desired_state(live_server: Any,
                                                             tmp_path: Path) -> None:
-    _, token = bootstrap_token_create(actor=None)
+    _, token = bootstrap_token_create(actor=None, hostname="gpu-node-01")
     clock = Clock()
     agent, writer = make_agent(tmp_path, live_server.url, token, clock)
     agent.tick()
@@ -95,7 +95,7 @@ def test_real_agent_enrols_reports_and_applies_desired_state(live_server: Any,
 
 @pytest.mark.django_db(transaction=True)
 def test_long_poll_answers_when_a_new_generation_appears(live_server: Any) -> None:
-    _, token = bootstrap_token_create(actor=None)
+    _, token = bootstrap_token_create(actor=None, hostname="gpu-node-09")
     client = PortalClient(live_server.url)
     cred = client.enrol({"protocol": 1, "bootstrap_token": token, "role": "node",
                          "hostname": "gpu-node-09", "agent_version": "test"})

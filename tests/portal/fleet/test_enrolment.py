@@ -60,18 +60,20 @@ def test_enrol_attaches_existing_node_and_updates_gpus(agent_client) -> None:
 
 @pytest.mark.django_db
 def test_bootstrap_token_is_one_time_and_expires(agent_client, other_agent) -> None:
-    _, token = bootstrap_token_create(actor=None)
+    _, token = bootstrap_token_create(actor=None, hostname="gpu-node-*")
     assert agent_client.enrol(token=token).status_code == 201
     agent_client.report(report(agent_client.node_id, 1))  # the agent is up
     assert other_agent.enrol("gpu-node-01", token=token).status_code == 401  # replay
     second = other_agent.enrol("gpu-node-02", token=token)
     assert second.status_code == 401
     assert second.json()["error"]["code"] == "invalid_bootstrap_token"
-    _, old = bootstrap_token_create(actor=None, ttl_hours=1)
+    _, old = bootstrap_token_create(actor=None, hostname="gpu-node-*", ttl_hours=1)
     clock.advance(timedelta(hours=2))
     assert other_agent.enrol("gpu-node-03", token=old).status_code == 401
-    _, fabric_only = bootstrap_token_create(actor=None, role="fabric")
-    assert other_agent.enrol("gpu-node-04", token=fabric_only).status_code == 401
+    _, fabric_only = bootstrap_token_create(actor=None, hostname="gpu-node-*", role="fabric")
+    refused = other_agent.enrol("gpu-node-04", token=fabric_only)  # outside the binding
+    assert refused.status_code == 403
+    assert refused.json()["error"]["code"] == "enrolment_refused"
 
 
 @pytest.mark.django_db
@@ -89,11 +91,13 @@ def test_enrol_validation_and_protocol(agent_client) -> None:
 
 @pytest.mark.django_db
 def test_management_command_prints_token_once(capsys) -> None:
-    call_command("agent_token", "create", "--role", "fabric", "--ttl-hours", "2")
+    call_command("agent_token", "create", "--role", "fabric", "--ttl-hours", "2",
+                 "--hostname", "sm-*")
     raw = capsys.readouterr().out.strip()
     assert raw.startswith("gpb_")
     token = BootstrapToken.objects.get()
     assert token.token_hash == digest(raw) and token.role == "fabric"
+    assert token.hostname_pattern == "sm-*" and not token.allow_reenrol
 
 
 @pytest.mark.django_db
@@ -102,8 +106,9 @@ def test_non_staff_cannot_issue_tokens() -> None:
     from tests.portal.factories import make_user
 
     with pytest.raises(PermissionDenied):
-        bootstrap_token_create(actor=make_user("mallory"))
-    assert bootstrap_token_create(actor=make_user("root", staff=True))[1].startswith("gpb_")
+        bootstrap_token_create(actor=make_user("mallory"), hostname="gpu-node-01")
+    assert bootstrap_token_create(actor=make_user("root", staff=True),
+                                  hostname="gpu-node-01")[1].startswith("gpb_")
 
 
 @pytest.mark.django_db
@@ -146,7 +151,9 @@ def test_reenrolled_host_gets_a_new_identity_and_seq_starts_again(agent_client,
     assert agent_client.report(report(first_id, 1)).json()["status"] == "accepted"
     node = Node.objects.get(hostname="gpu-node-07")
     services.node_desired_set(node=node, partitions=[], access_grants=[])
-    assert other_agent.enrol("gpu-node-07", inventory=INVENTORY).status_code == 201
+    _, reinstall = bootstrap_token_create(actor=None, hostname="gpu-node-07", allow_reenrol=True)
+    assert other_agent.enrol("gpu-node-07", inventory=INVENTORY,
+                             token=reinstall).status_code == 201
     assert other_agent.node_id != first_id and Node.objects.count() == 1
     assert other_agent.report(report(other_agent.node_id, 1)).json()["status"] == "accepted"
     assert agent_client.report(report(first_id, 2), credential=first_cred).status_code == 401
@@ -156,7 +163,7 @@ def test_reenrolled_host_gets_a_new_identity_and_seq_starts_again(agent_client,
 @pytest.mark.django_db
 def test_enrol_retry_after_a_lost_answer_gets_a_fresh_credential(agent_client,
                                                                  other_agent) -> None:
-    _, token = bootstrap_token_create(actor=None)
+    _, token = bootstrap_token_create(actor=None, hostname="gpu-node-0?")
     assert agent_client.enrol("gpu-node-05", token=token).status_code == 201
     lost_cred = agent_client.credential  # the answer never reached the agent
     retry = other_agent.enrol("gpu-node-05", token=token)
@@ -167,11 +174,11 @@ def test_enrol_retry_after_a_lost_answer_gets_a_fresh_credential(agent_client,
     assert agent_client.enrol("gpu-node-06", token=token).status_code == 401  # other host
     # a host that reported before, reinstalled, whose enrolment answer is lost, retries
     other_agent.report(report(other_agent.node_id, 2))
-    _, token3 = bootstrap_token_create(actor=None)
+    _, token3 = bootstrap_token_create(actor=None, hostname="gpu-node-05", allow_reenrol=True)
     assert agent_client.enrol("gpu-node-05", token=token3).status_code == 201
     assert other_agent.enrol("gpu-node-05", token=token3).status_code == 201
     clock.advance(timedelta(minutes=11))
-    _, token2 = bootstrap_token_create(actor=None)
+    _, token2 = bootstrap_token_create(actor=None, hostname="gpu-node-08")
     agent_client.enrol("gpu-node-08", token=token2)
     clock.advance(timedelta(minutes=11))
     assert other_agent.enrol("gpu-node-08", token=token2).status_code == 401  # too late
