@@ -13,6 +13,7 @@ import heapq
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
+from scheduler.fabric import LeafTracker
 from scheduler.model import MILLI, Node, NodeAllocation, NodeState, Topology
 from scheduler.nodestate import (
     NodeKey,
@@ -61,6 +62,11 @@ class ClusterState:
         ]
         self.domains: list[list[list[int]]] = [self._domains_of(n) for n in self.nodes]
         self.version = [0] * len(self.nodes)
+        self.leaves = LeafTracker(ctx.fabric, self.names) if ctx.fabric else None
+        if self.leaves is not None:
+            for i in range(len(self.nodes)):
+                self.leaves.set_node(i, *self._fabric_state(i))
+            self.leaves.recompute()
         self.keys: list[NodeKey] = []
         self.order: list[list[int]] = []
         for i in range(len(self.nodes)):
@@ -99,7 +105,16 @@ class ClusterState:
         n, free = self.nodes[i], self.gpu_free[i]
         doms = [[free[g] for g in dom] for dom in self.domains[i]]
         return make_key(n.model, n.cpu_milli, n.memory_mib, self.cpu_free[i],
-                        self.mem_free[i], doms)
+                        self.mem_free[i], doms, self._fabric_flag(i))
+
+    def _fabric_flag(self, i: int) -> int:
+        return 0 if self.leaves is None else self.leaves.flag(i)
+
+    def _fabric_state(self, i: int) -> tuple[bool, bool]:
+        """(counts towards its leaf's size, idle) for node ``i``."""
+        free = self.gpu_free[i]
+        counted = self.ready[i] and bool(free)
+        return counted, counted and all(v == MILLI for v in free.values())
 
     # ----------------------------------------------------------------- evaluation
     def evaluate(self, key: NodeKey, shape: Shape) -> Eval:
@@ -214,7 +229,8 @@ class ClusterState:
             mem += part.memory_mib
         n = self.nodes[i]
         doms = [[free[g] for g in dom] for dom in self.domains[i]]
-        return make_key(n.model, n.cpu_milli, n.memory_mib, cpu, mem, doms)[0]
+        return make_key(n.model, n.cpu_milli, n.memory_mib, cpu, mem, doms,
+                        self._fabric_flag(i))[0]
 
     # ----------------------------------------------------------------- mutation
     def gpus_for(self, i: int, shape: Shape, option: Option) -> tuple[tuple[int, int], ...]:
@@ -263,6 +279,17 @@ class ClusterState:
         self._touch(i)
 
     def _touch(self, i: int) -> None:
+        """Node ``i`` changed: new key, and new keys for the nodes of every leaf whose
+        fabric flags changed with it."""
+        changed = [] if self.leaves is None else self.leaves.update(i, *self._fabric_state(i))
+        self._rekey(i)
+        if self.leaves is not None:
+            for lid in changed:
+                for j in self.leaves.members[lid]:
+                    if j != i:
+                        self._rekey(j)
+
+    def _rekey(self, i: int) -> None:
         self._leave_class(i)
         self.version[i] += 1
         self.keys[i], self.order[i] = self._make_key(i)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scheduler.fabric import FabricModel, typical_gang
 from scheduler.frag import FragModel, typical_task_mix
 from scheduler.model import MILLI, Lease, Request, Snapshot, TaskType
 from scheduler.scores import ScoreContext
@@ -26,6 +27,21 @@ def derive_task_mix(snapshot: Snapshot, queue: Sequence[Request]) -> tuple[TaskT
     return typical_task_mix(tasks) or DEFAULT_MIX
 
 
+def fabric_model(snapshot: Snapshot, queue: Sequence[Request]) -> FabricModel | None:
+    """Leaves of the snapshot's nodes and the typical gang (queue and leases); None when
+    no node sits under a known leaf."""
+    leaf_of = {}
+    for node in snapshot.nodes:
+        leaf = snapshot.topology.leaf_of(node.name)
+        if leaf is not None:
+            leaf_of[node.name] = leaf
+    if not leaf_of:
+        return None
+    sizes = [r.nodes for r in queue] + [len(le.parts) for le in snapshot.leases]
+    gangs_queued = sum(1 for r in queue if r.nodes > 1)
+    return FabricModel(leaf_of, typical_gang(sizes), max(1, gangs_queued))
+
+
 def score_context(snapshot: Snapshot, queue: Sequence[Request]) -> ScoreContext:
     mix = derive_task_mix(snapshot, queue)
     demand: dict[str, float] = {}
@@ -37,4 +53,5 @@ def score_context(snapshot: Snapshot, queue: Sequence[Request]) -> ScoreContext:
         max_cpu=max((n.cpu_milli for n in snapshot.nodes), default=1) or 1,
         max_gpus=max((len(n.gpus) for n in snapshot.nodes), default=1) or 1,
         model_demand=demand,
+        fabric=fabric_model(snapshot, queue),
     )

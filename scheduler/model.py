@@ -88,6 +88,10 @@ class Topology:
 
     parent: Mapping[str, str] = field(default_factory=dict)
 
+    def leaf_of(self, name: str) -> str | None:
+        """The leaf switch a node is local under (None: not in the topology)."""
+        return self.parent.get(name)
+
     def ancestors(self, name: str) -> tuple[str, ...]:
         """Switches from the leaf upwards."""
         out: list[str] = []

@@ -1,0 +1,110 @@
+"""Fabric-aware placement (issue 11 finding 1): small orders keep free leaves whole."""
+
+from dataclasses import replace
+
+import pytest
+
+from scheduler import Locality, LocalityLevel, Placement, Snapshot, schedule_pass
+from scheduler.fabric import EDGE, IN_FABRIC, LAST, WHOLE, FabricModel, LeafTracker, break_cost
+
+from .builders import as_lease, busy_leaves, hgx_cluster, lease, node, req, snap
+
+LEAF = Locality(LocalityLevel.LEAF, required=True)
+SMALL_ORDERS = (("quarter", {"gpu_milli": 250}), ("one", {"gpus": 1}),
+                ("four", {"gpus": 4}), ("eight", {"gpus": 8}))
+
+
+def place_in_turn(s: Snapshot, orders, policy=None) -> tuple[Snapshot, list[Placement]]:
+    """Each order in its own pass (as the portal does), its lease written back."""
+    placed = []
+    for rid, kw in orders:
+        d = schedule_pass(s, [req(rid, **kw)], now=0, policy=policy).decisions[0]
+        assert isinstance(d, Placement), d
+        placed.append(d)
+        s = replace(s, leases=(*s.leases, as_lease(d)))
+    return s, placed
+
+
+def test_small_orders_keep_free_leaves_whole():
+    s, topo = busy_leaves()
+    _, placed = place_in_turn(s, SMALL_ORDERS)
+    for d in placed:
+        assert {topo.parent[n] for n in d.nodes} != {"leaf0"}, d
+
+
+def test_eight_by_eight_leaf_gang_is_placed_after_the_small_orders():
+    s, topo = busy_leaves()
+    s, _ = place_in_turn(s, SMALL_ORDERS)
+    gang = req("gang", gpus=8, nodes=8, locality=LEAF)
+    d = schedule_pass(s, [gang], now=0).decisions[0]
+    assert isinstance(d, Placement), d
+    assert {topo.parent[n] for n in d.nodes} == {"leaf0"}
+
+
+def test_small_orders_share_partly_used_nodes_before_opening_fresh_ones():
+    s, topo = busy_leaves(busy_gpus=4)  # the busy nodes have 4 GPUs idle
+    _, placed = place_in_turn(s, SMALL_ORDERS[:3])
+    for d in placed:
+        assert d.nodes[0].endswith("00") and d.nodes[0] != "n0000", d
+
+
+def test_fractional_prefers_partly_used_node():
+    # FGD alone opens a fresh node here (the 4 idle GPUs left would no longer fit the
+    # 4-GPU task of the mix); the fabric tier keeps fresh nodes whole.
+    nodes, topo = hgx_cluster(leaves=2, per_leaf=4)
+    s = snap(nodes, topo, leases=(lease("l", "n0103", [0, 1, 2, 3]),))
+    d = schedule_pass(s, [req("f", gpu_milli=300)], now=0).decisions[0]
+    assert isinstance(d, Placement)
+    assert d.nodes == ("n0103",)
+
+
+def test_fractional_prefers_partly_used_gpu_on_the_partly_used_node():
+    nodes, topo = hgx_cluster(leaves=2, per_leaf=4)
+    s = snap(nodes, topo, leases=(lease("l", "n0102", [5], milli=500),))
+    d = schedule_pass(s, [req("f", gpu_milli=500)], now=0).decisions[0]
+    assert isinstance(d, Placement)
+    assert d.gpu_ids == (("n0102", 5),)
+
+
+def test_breaking_the_last_gang_capable_leaf_costs_most():
+    # Leaf 0 of 4 nodes holds the typical 4-node gang; leaf 1 cannot (one node busy).
+    nodes, topo = hgx_cluster(leaves=2, per_leaf=4)
+    s = snap(nodes, topo, leases=(lease("g", "n0100", [0]), lease("h", "n0101", [0])))
+    queue = [req("single", gpus=8), req("gang", gpus=8, nodes=4, locality=LEAF,
+                                        submitted_at=1)]
+    by_id = schedule_pass(s, queue, now=0).by_id()
+    assert by_id["single"].nodes[0].startswith("n01"), by_id["single"]
+    assert isinstance(by_id["gang"], Placement)
+
+
+def test_flat_cluster_scores_zero():
+    s = snap((node("a"), node("b")))
+    d = schedule_pass(s, [req("r", gpus=2)], now=0).decisions[0]
+    assert d.score["fabric"] == 0
+
+
+@pytest.mark.parametrize(("flags", "broken", "domains", "cost"), [
+    (0, True, 1, 0.0),
+    (IN_FABRIC, False, 0, 0.0),
+    (IN_FABRIC, False, 1, 0.25),
+    (IN_FABRIC, True, 1, 1.25),
+    (IN_FABRIC | WHOLE, True, 1, 3.25),
+    (IN_FABRIC | EDGE, True, 1, 5.25),
+    (IN_FABRIC | EDGE | LAST, True, 1, 13.25),
+    (IN_FABRIC | WHOLE | EDGE | LAST, True, 1, 15.25),
+])
+def test_break_cost_table(flags, broken, domains, cost):
+    assert break_cost(flags, broken, domains) == cost
+
+
+def test_leaf_tracker_flags_follow_idle_counts():
+    names = ["a0", "a1", "b0", "b1"]
+    model = FabricModel({"a0": "A", "a1": "A", "b0": "B", "b1": "B"}, gang_nodes=2)
+    t = LeafTracker(model, names)
+    for i in range(4):
+        t.set_node(i, True, True)
+    t.recompute()
+    assert t.flag(0) == IN_FABRIC | WHOLE | EDGE
+    t.update(2, True, False)  # leaf B drops below the gang: A is the last capable leaf
+    assert t.flag(0) == IN_FABRIC | WHOLE | EDGE | LAST
+    assert t.flag(2) == IN_FABRIC
