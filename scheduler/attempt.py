@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from scheduler.cluster import Choice, ClusterState
 from scheduler.gang import select_gang
-from scheduler.model import Locality, LocalityLevel, NodeAllocation, Request, Topology
+from scheduler.model import MILLI, Locality, LocalityLevel, NodeAllocation, Request, Topology
 from scheduler.nodestate import NvlinkNeed, Shape, apply
 
 
@@ -30,6 +30,7 @@ def shape_of(request: Request, models: frozenset[str] | None = None,
         cpu=request.cpu_milli,
         mem=request.memory_mib,
         nvlink=nvlink,
+        tenant=request.tenant if request.gpu_milli < MILLI else "",
     )
 
 
@@ -64,7 +65,7 @@ def breakdown(state: ClusterState, shape: Shape, found: Found) -> dict[str, floa
     """Sum of each scorer over the chosen nodes (computed before commit) plus hops."""
     out: dict[str, float] = {}
     for c in found.choices:
-        key = state.keys[c.node]
+        key = state.view(c.node, shape)[0]
         parts = state.policy.explain(state.ctx, key, shape, c.option,
                                      apply(key, shape, c.option))
         for name, value in parts.items():

@@ -61,6 +61,8 @@ class ClusterState:
             {g.index: MILLI for g in n.gpus if g.healthy} for n in self.nodes
         ]
         self.domains: list[list[list[int]]] = [self._domains_of(n) for n in self.nodes]
+        # Fractions held per GPU by tenant: {gpu: {tenant: milli}} (known tenants only).
+        self.holders: list[dict[int, dict[str, int]]] = [{} for _ in self.nodes]
         self.version = [0] * len(self.nodes)
         self.leaves = LeafTracker(ctx.fabric, self.names) if ctx.fabric else None
         if self.leaves is not None:
@@ -139,7 +141,29 @@ class ClusterState:
         return best
 
     def eval_node(self, i: int, shape: Shape) -> Eval:
-        return self.evaluate(self.keys[i], shape) if self.ready[i] else None
+        return self.evaluate(self.view(i, shape)[0], shape) if self.ready[i] else None
+
+    def _foreign(self, i: int, tenant: str, free: dict[int, int]) -> set[int]:
+        """GPUs of node ``i`` that a fraction for ``tenant`` may not share: partly free
+        and holding a fraction of another tenant (none on a shared-tenancy node)."""
+        if not tenant or self.nodes[i].shared_tenancy or not self.holders[i]:
+            return set()
+        return {g for g, held in self.holders[i].items()
+                if free.get(g, 0) < MILLI and any(t != tenant for t in held)}
+
+    def view(self, i: int, shape: Shape) -> tuple[NodeKey, list[int], dict[int, int]]:
+        """Node ``i``'s key, domain order and free milli as ``shape`` may use them: for a
+        fractional shape of a tenant, GPUs shared with another tenant count as full."""
+        free = self.gpu_free[i]
+        foreign = self._foreign(i, shape.tenant, free) if shape.fractional else set()
+        if not foreign:
+            return self.keys[i], self.order[i], free
+        masked = {g: (0 if g in foreign else v) for g, v in free.items()}
+        n = self.nodes[i]
+        doms = [[masked[g] for g in dom] for dom in self.domains[i]]
+        key, order = make_key(n.model, n.cpu_milli, n.memory_mib, self.cpu_free[i],
+                              self.mem_free[i], doms, self._fabric_flag(i))
+        return key, order, masked
 
     def _heap_for(self, shape: Shape) -> list[Entry]:
         sh = self.heaps.get(shape)
@@ -160,12 +184,14 @@ class ClusterState:
         keys, ready, version = self.keys, self.ready, self.version
         # Evaluations are pure, so a reference kept across a memo reset stays correct.
         per_shape = self.memo.setdefault(shape, {})
+        tenant_view = bool(shape.tenant) and shape.fractional
         for i in idx:
             if not ready[i]:
                 continue
-            ev = per_shape.get(keys[i], _MISSING)
+            key = self.view(i, shape)[0] if tenant_view else keys[i]
+            ev = per_shape.get(key, _MISSING)
             if ev is _MISSING:
-                ev = self.evaluate(keys[i], shape)
+                ev = self.evaluate(key, shape)
             if ev is not None:
                 out.append((ev[0], i, version[i], ev[1]))
         return out
@@ -216,9 +242,11 @@ class ClusterState:
             self._ancestors = [topology.ancestors(n.name) for n in self.nodes]
         return self._ancestors
 
-    def key_released(self, i: int, parts: Iterable[NodeAllocation]) -> NodeKey:
+    def key_released(self, i: int, parts: Iterable[NodeAllocation],
+                     tenant: str = "") -> NodeKey:
         """Node ``i``'s state key as if ``parts`` (allocations on it) were released;
-        nothing changes (no version bump, no change-log entry)."""
+        nothing changes (no version bump, no change-log entry). With ``tenant``, GPUs
+        another tenant holds a fraction of (and that stay partly used) count as full."""
         free = dict(self.gpu_free[i])
         cpu, mem = self.cpu_free[i], self.mem_free[i]
         for part in parts:
@@ -227,6 +255,8 @@ class ClusterState:
                     free[gpu] += milli
             cpu += part.cpu_milli
             mem += part.memory_mib
+        for g in self._foreign(i, tenant, free):
+            free[g] = 0
         n = self.nodes[i]
         doms = [[free[g] for g in dom] for dom in self.domains[i]]
         return make_key(n.model, n.cpu_milli, n.memory_mib, cpu, mem, doms,
@@ -235,10 +265,10 @@ class ClusterState:
     # ----------------------------------------------------------------- mutation
     def gpus_for(self, i: int, shape: Shape, option: Option) -> tuple[tuple[int, int], ...]:
         """Concrete ``(gpu_index, milli)`` pairs for an option on node ``i``."""
-        free = self.gpu_free[i]
+        _, order, free = self.view(i, shape)
         out: list[tuple[int, int]] = []
         for pos, value in option:
-            dom = self.domains[i][self.order[i][pos]]
+            dom = self.domains[i][order[pos]]
             if shape.fractional:
                 gpu = next(g for g in dom if free[g] == value)
                 out.append((gpu, shape.milli))
@@ -250,11 +280,12 @@ class ClusterState:
     def place(self, i: int, shape: Shape, option: Option) -> NodeAllocation:
         alloc = NodeAllocation(self.nodes[i].name, self.gpus_for(i, shape, option),
                                shape.cpu, shape.mem)
-        self.consume(alloc)
+        self.consume(alloc, tenant=shape.tenant)
         return alloc
 
-    def consume(self, alloc: NodeAllocation, sign: int = 1) -> None:
-        """Take (``sign=1``) or give back (``sign=-1``) an allocation's resources.
+    def consume(self, alloc: NodeAllocation, sign: int = 1, tenant: str = "") -> None:
+        """Take (``sign=1``) or give back (``sign=-1``) an allocation's resources;
+        ``tenant`` (when known) records who holds fractions of each GPU.
 
         GPUs that are not present (unhealthy, unknown) are ignored: their capacity is
         already excluded.
@@ -266,12 +297,30 @@ class ClusterState:
         for gpu, milli in alloc.gpus:
             if gpu in free:
                 free[gpu] -= sign * milli
+                self._hold(i, gpu, tenant, sign * milli)
         self.cpu_free[i] -= sign * alloc.cpu_milli
         self.mem_free[i] -= sign * alloc.memory_mib
         self._touch(i)
 
-    def release(self, alloc: NodeAllocation) -> None:
-        self.consume(alloc, -1)
+    def _hold(self, i: int, gpu: int, tenant: str, milli: int) -> None:
+        """Track a tenant's fraction of a GPU; a GPU fully free again has no holders."""
+        held = self.holders[i]
+        if self.gpu_free[i][gpu] >= MILLI:
+            held.pop(gpu, None)
+            return
+        if not tenant:
+            return
+        per = held.setdefault(gpu, {})
+        left = per.get(tenant, 0) + milli
+        if left > 0:
+            per[tenant] = left
+        else:
+            per.pop(tenant, None)
+            if not per:
+                del held[gpu]
+
+    def release(self, alloc: NodeAllocation, tenant: str = "") -> None:
+        self.consume(alloc, -1, tenant)
 
     def set_ready(self, i: int, ready: bool) -> None:
         self._leave_class(i)

@@ -58,13 +58,18 @@ class Gpu:
 
 @dataclass(frozen=True)
 class Node:
-    """A host. All healthy GPUs of a node share one model (validated)."""
+    """A host. All healthy GPUs of a node share one model (validated).
+
+    ``shared_tenancy``: fractions of one GPU may go to different tenants (the operator
+    marked the node's pool so); by default a GPU is shared only within one tenant.
+    """
 
     name: str
     cpu_milli: int
     memory_mib: int
     gpus: tuple[Gpu, ...] = ()
     state: NodeState = NodeState.READY
+    shared_tenancy: bool = False
 
     def __post_init__(self) -> None:
         models = {g.model for g in self.gpus}

@@ -39,6 +39,9 @@ class Shape:
     cpu: int
     mem: int
     nvlink: NvlinkNeed = NvlinkNeed.NONE
+    # Fractional shapes of a known tenant may share only GPUs no other tenant holds a
+    # fraction of (unless the node is shared tenancy); "" = no tenant check.
+    tenant: str = ""
 
     @property
     def fractional(self) -> bool:

@@ -51,9 +51,10 @@ def _nodes() -> tuple[core.Node, ...]:
                                       healthy=health == Gpu.Health.HEALTHY))
     return tuple(
         core.Node(name=hostname, cpu_milli=cpu, memory_mib=mem, gpus=tuple(gpus[pk]),
-                  state=NODE_STATE[state])
-        for pk, hostname, cpu, mem, state in Node.objects.order_by("hostname").values_list(
-            "pk", "hostname", "cpu_milli", "memory_mib", "state"))
+                  state=NODE_STATE[state], shared_tenancy=shared)
+        for pk, hostname, cpu, mem, state, shared in Node.objects.order_by(
+            "hostname").values_list(
+            "pk", "hostname", "cpu_milli", "memory_mib", "state", "shared_tenancy"))
 
 
 def _topology() -> core.Topology:
