@@ -156,7 +156,9 @@ class _Pass:
                  want_earliest: bool) -> Unplaceable:
         reason, detail = self._reason(req, shape)
         when = None
-        if want_earliest and reason not in (Reason.NO_MATCHING_GPUS, Reason.TOPOLOGY):
+        # Only what never fits the empty cluster has no start; a gang blocked by
+        # locality fits once running leases end (issue 11 finding 2).
+        if want_earliest and self._fits_fixed("empty", req, shape):
             when = self._earliest(req, shape)
         return Unplaceable(req.id, reason, detail, when)
 
