@@ -97,6 +97,16 @@ class Topology:
         """The leaf switch a node is local under (None: not in the topology)."""
         return self.parent.get(name)
 
+    def local_group(self, name: str, level: int) -> str:
+        """The switch ``level`` hops above a node's leaf (0: its leaf); nodes outside the
+        topology are each their own leaf, and beyond the top all share one root."""
+        ancestors = self.ancestors(name)
+        if level < len(ancestors):
+            return ancestors[level]
+        if not ancestors:
+            return "node:" + name if level == 0 else "<root>"
+        return "<root>"
+
     def ancestors(self, name: str) -> tuple[str, ...]:
         """Switches from the leaf upwards."""
         out: list[str] = []

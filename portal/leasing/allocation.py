@@ -127,6 +127,11 @@ def _usage(now: datetime) -> tuple[core.UsageRecord, ...]:
     return tuple(records)
 
 
+def hardware() -> core.Snapshot:
+    """Nodes and topology only (no leases): what ``never_fits`` compares an order with."""
+    return core.Snapshot(nodes=_nodes(), topology=_topology())
+
+
 def snapshot(*, exclude_leases: Iterable[str] = ()) -> core.Snapshot:
     """Everything the core needs, read in the caller's transaction."""
     now = clock.now()

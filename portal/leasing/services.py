@@ -20,6 +20,7 @@ from portal.core.services import audit_record
 from portal.inventory.catalog import CATALOG
 from portal.inventory.models import Gpu
 from portal.leasing import states
+from portal.leasing.feasibility import check_order_fits
 from portal.leasing.models import LOCK, MILLI_PER_SLOT, Lease, Locality, Priority
 from portal.leasing.models import LeaseState as S
 from portal.leasing.quotas import (
@@ -228,6 +229,7 @@ def validate_order(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
     _check_shape(spec)
     models = _models_available(spec)
     window = _window(spec, now)
+    check_order_fits(tenant=tenant, spec=spec, window=window, models=models, now=now)
     check_limits(tenant, spec, window, models)
     check_member_limit(actor, tenant, spec)
     return window, models
