@@ -50,7 +50,7 @@ def find(state: ClusterState, request: Request, shape: Shape, topology: Topology
     if state.count_feasible(shape) < request.nodes:
         return None
     picked = select_gang(state.feasible_nodes(shape), request.nodes, state.names, topology,
-                         gang_locality(request, relax), state.ancestors(topology))
+                         gang_locality(request, relax), state.node_groups(topology))
     if picked is None:
         return None
     choices, hops = picked

@@ -47,6 +47,27 @@ class Choice:
     option: Option
 
 
+class NodeGroups:
+    """Switch groups per (node index, level), memoised; see ``Topology.groups``."""
+
+    def __init__(self, names: Sequence[str], topology: Topology) -> None:
+        self.names, self.topology = names, topology
+        self._at: dict[tuple[int, int], tuple[str, ...]] = {}
+        self._levels: dict[int, int] = {}
+
+    def at(self, i: int, level: int) -> tuple[str, ...]:
+        hit = self._at.get((i, level))
+        if hit is None:
+            hit = self._at[(i, level)] = self.topology.groups(self.names[i], level)
+        return hit
+
+    def levels(self, i: int) -> int:
+        hit = self._levels.get(i)
+        if hit is None:
+            hit = self._levels[i] = self.topology.levels(self.names[i])
+        return hit
+
+
 class ClusterState:
     def __init__(self, nodes: Sequence[Node], policy: Policy, ctx: ScoreContext) -> None:
         self.policy = policy
@@ -84,7 +105,7 @@ class ClusterState:
         for i, key in enumerate(self.keys):
             if self.ready[i]:
                 self.classes.setdefault(key, {})[i] = None
-        self._ancestors: list[tuple[str, ...]] | None = None
+        self._groups: NodeGroups | None = None
         # Preemption search results per (node, version, shape, candidate lease ids):
         # (how many of the ordered candidates to preempt, evaluation) or None.
         self.victim_memo: dict[tuple[int, int, int, tuple[str, ...]],
@@ -236,11 +257,11 @@ class ClusterState:
         return sum(len(members) for key, members in self.classes.items()
                    if self.evaluate(key, shape) is not None)
 
-    def ancestors(self, topology: Topology) -> list[tuple[str, ...]]:
-        """Each node's switches from the leaf up (computed once per state)."""
-        if self._ancestors is None:
-            self._ancestors = [topology.ancestors(n.name) for n in self.nodes]
-        return self._ancestors
+    def node_groups(self, topology: Topology) -> NodeGroups:
+        """Each node's switch groups per level (computed lazily, once per state)."""
+        if self._groups is None or self._groups.topology is not topology:
+            self._groups = NodeGroups(self.names, topology)
+        return self._groups
 
     def key_released(self, i: int, parts: Iterable[NodeAllocation],
                      tenant: str = "") -> NodeKey:

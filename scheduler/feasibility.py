@@ -115,7 +115,7 @@ def _most_local(hosts: Sequence[Node], topology: Topology,
         level = 0
     groups: dict[str, int] = {}
     for n in hosts:
-        key = topology.local_group(n.name, level)
-        groups[key] = groups.get(key, 0) + 1
+        for key in topology.groups(n.name, level):
+            groups[key] = groups.get(key, 0) + 1
     return max(groups.values(), default=0)
 

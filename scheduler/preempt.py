@@ -218,7 +218,7 @@ def _gang(state: ClusterState, request: Request, shape: Shape, topology: Topolog
         return None
     pool.sort(key=lambda c: c.node)
     picked = select_gang(pool, request.nodes, state.names, topology, request.locality,
-                         state.ancestors(topology))
+                         state.node_groups(topology))
     if picked is None:
         return None
     choices, hops = picked

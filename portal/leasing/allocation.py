@@ -13,7 +13,7 @@ from typing import Any
 
 import scheduler as core
 from portal.core import clock
-from portal.inventory.models import Gpu, Node, Switch, SwitchLink
+from portal.inventory.models import Gpu, HcaPort, Node, SwitchLink
 from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, LeaseState, Quota
 
 PRIORITY = {"reserved": core.PriorityClass.RESERVED, "on_demand": core.PriorityClass.ON_DEMAND,
@@ -58,18 +58,20 @@ def _nodes() -> tuple[core.Node, ...]:
 
 
 def _topology() -> core.Topology:
-    """node → its leaf; leaf → its lowest-GUID upper switch; and so on up the tree."""
-    parent: dict[str, str] = {}
-    for hostname, leaf_guid in Node.objects.filter(leaf__isnull=False).values_list(
-            "hostname", "leaf__guid"):
-        parent[hostname] = f"sw:{leaf_guid}"
-    roles = dict(Switch.objects.values_list("guid", "role"))
-    rank = {Switch.Role.LEAF: 1, Switch.Role.SPINE: 2, Switch.Role.CORE: 3}
-    for a, b in sorted(SwitchLink.objects.values_list("a__guid", "b__guid")):
-        lower, upper = (a, b) if rank[roles[a]] < rank[roles[b]] else (b, a)
-        if rank[roles[lower]] < rank[roles[upper]]:
-            parent.setdefault(f"sw:{lower}", f"sw:{upper}")
-    return core.Topology(parent=parent)
+    """The switch graph: every switch-to-switch cable (all uplinks, any depth) and, per
+    node, the leaves its HCA ports are cabled to (one per rail); a node without recorded
+    HCA ports falls back to its ``leaf``."""
+    parent = {hostname: f"sw:{leaf_guid}" for hostname, leaf_guid in Node.objects.filter(
+        leaf__isnull=False).values_list("hostname", "leaf__guid")}
+    links = tuple(sorted((f"sw:{a}", f"sw:{b}") for a, b in SwitchLink.objects.values_list(
+        "a__guid", "b__guid")))
+    attach: dict[str, set[str]] = defaultdict(set)
+    for hostname, switch_guid in HcaPort.objects.filter(
+            node__isnull=False, switch__isnull=False).values_list(
+            "node__hostname", "switch__guid"):
+        attach[hostname].add(f"sw:{switch_guid}")
+    return core.Topology(parent=parent, links=links,
+                         attach={h: tuple(sorted(s)) for h, s in sorted(attach.items())})
 
 
 def _leases(exclude: Iterable[str] = ()) -> tuple[core.Lease, ...]:
