@@ -85,7 +85,8 @@ class ClusterState:
         # Fractions held per GPU by tenant: {gpu: {tenant: milli}} (known tenants only).
         self.holders: list[dict[int, dict[str, int]]] = [{} for _ in self.nodes]
         self.version = [0] * len(self.nodes)
-        self.leaves = LeafTracker(ctx.fabric, self.names) if ctx.fabric else None
+        self.leaves = (LeafTracker(ctx.fabric, self.names)
+                       if ctx.fabric and policy.uses_fabric else None)
         if self.leaves is not None:
             for i in range(len(self.nodes)):
                 self.leaves.set_node(i, *self._fabric_state(i))
@@ -347,6 +348,14 @@ class ClusterState:
         self._leave_class(i)
         self.ready[i] = ready
         self._touch(i)
+
+    def set_drain(self, nodes: int | None, leaf: str | None) -> None:
+        """Drain ``leaf`` for a queued gang of ``nodes`` that needs one (None: none)."""
+        if self.leaves is None:
+            return
+        for lid in self.leaves.set_drain(nodes, leaf):
+            for j in self.leaves.members[lid]:
+                self._rekey(j)
 
     def _touch(self, i: int) -> None:
         """Node ``i`` changed: new key, and new keys for the nodes of every leaf whose

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler.fabric import FabricModel, typical_gang
+from scheduler.fabric import FabricModel, drain_leaf, typical_gang
 from scheduler.frag import FragModel, typical_task_mix
-from scheduler.model import MILLI, Lease, Request, Snapshot, TaskType
+from scheduler.model import MILLI, Lease, LocalityLevel, Request, Snapshot, TaskType
 from scheduler.scores import ScoreContext
 
+LEAF_LEVELS = (LocalityLevel.LEAF, LocalityLevel.NODE, LocalityLevel.NVLINK)
 DEFAULT_MIX = (TaskType(0, MILLI, 1, frozenset(), 1.0),)
 
 
@@ -39,7 +40,29 @@ def fabric_model(snapshot: Snapshot, queue: Sequence[Request]) -> FabricModel | 
         return None
     sizes = [r.nodes for r in queue] + [len(le.parts) for le in snapshot.leases]
     gangs_queued = sum(1 for r in queue if r.nodes > 1)
-    return FabricModel(leaf_of, typical_gang(sizes), max(1, gangs_queued))
+    need = drain_for(queue)
+    return FabricModel(leaf_of, typical_gang(sizes), max(1, gangs_queued), need,
+                       drain_leaf(leaf_of, free_at(snapshot.leases), need))
+
+
+def free_at(leases: Sequence[Lease]) -> dict[str, float]:
+    """When each node is free of every lease in the snapshot (open-ended: never)."""
+    out: dict[str, float] = {}
+    for lease in leases:
+        end = float("inf") if lease.end is None else float(lease.end)
+        for part in lease.parts:
+            out[part.node] = max(out.get(part.node, 0.0), end)
+    return out
+
+
+def drain_for(queue: Sequence[Request]) -> int | None:
+    """Nodes of the largest queued gang that requires one leaf (None: no such gang)."""
+    return max((r.nodes for r in queue if r.nodes > 1 and needs_one_leaf(r)), default=None)
+
+
+def needs_one_leaf(request: Request) -> bool:
+    loc = request.locality
+    return loc is not None and loc.required and loc.level in LEAF_LEVELS
 
 
 def score_context(snapshot: Snapshot, queue: Sequence[Request]) -> ScoreContext:

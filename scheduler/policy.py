@@ -28,6 +28,11 @@ class Policy:
                 if scorer not in SCORERS:
                     raise ValueError(f"policy {self.name}: unknown scorer {scorer}")
 
+    @property
+    def uses_fabric(self) -> bool:
+        """Whether the policy scores leaves (then the working state tracks leaf flags)."""
+        return any(scorer == "fabric" for tier in self.tiers for scorer, _ in tier)
+
     def cost(
         self, ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey,
     ) -> Cost:

@@ -5,7 +5,18 @@ from dataclasses import replace
 import pytest
 
 from scheduler import Locality, LocalityLevel, Placement, Snapshot, schedule_pass
-from scheduler.fabric import EDGE, IN_FABRIC, LAST, WHOLE, FabricModel, LeafTracker, break_cost
+from scheduler.fabric import (
+    EDGE,
+    IDLE_SHIFT,
+    IDLE_STEPS,
+    IN_FABRIC,
+    LAST,
+    WHOLE,
+    FabricModel,
+    LeafTracker,
+    break_cost,
+    drain_leaf,
+)
 
 from .builders import as_lease, busy_leaves, hgx_cluster, lease, node, req, snap
 
@@ -104,7 +115,47 @@ def test_leaf_tracker_flags_follow_idle_counts():
     for i in range(4):
         t.set_node(i, True, True)
     t.recompute()
-    assert t.flag(0) == IN_FABRIC | WHOLE | EDGE
+    low = (1 << IDLE_SHIFT) - 1
+    assert t.flag(0) & low == IN_FABRIC | WHOLE | EDGE
+    assert t.flag(0) >> IDLE_SHIFT == IDLE_STEPS  # all idle
     t.update(2, True, False)  # leaf B drops below the gang: A is the last capable leaf
-    assert t.flag(0) == IN_FABRIC | WHOLE | EDGE | LAST
-    assert t.flag(2) == IN_FABRIC
+    assert t.flag(0) & low == IN_FABRIC | WHOLE | EDGE | LAST
+    assert t.flag(2) & low == IN_FABRIC
+    assert t.flag(2) >> IDLE_SHIFT == IDLE_STEPS // 2
+
+
+def test_idle_nodes_are_broken_in_the_leaf_with_fewest_idle():
+    # leaf0: 1 busy node (3 idle); leaf1: 2 busy nodes (2 idle): an 8-GPU order goes to
+    # leaf1, so that free nodes gather in leaf0.
+    nodes, topo = hgx_cluster(leaves=2, per_leaf=4)
+    busy = (lease("a", "n0000", list(range(8))), lease("b", "n0100", list(range(8))),
+            lease("c", "n0101", list(range(8))))
+    d = schedule_pass(snap(nodes, topo, leases=busy), [req("r", gpus=8)], now=0).decisions[0]
+    assert d.nodes[0].startswith("n01"), d
+
+
+def _drain_case():
+    nodes, topo = hgx_cluster(leaves=2, per_leaf=4)
+    busy = (lease("a", "n0000", [0], end=100), lease("b", "n0001", [0], end=100),
+            lease("c", "n0100", [0], end=500), lease("d", "n0101", [0], end=500))
+    return snap(nodes, topo, leases=busy)
+
+
+def test_a_waiting_leaf_gang_drains_the_leaf_that_frees_soonest():
+    s = _drain_case()
+    gang = req("g", gpus=8, nodes=4, locality=LEAF)
+    single = req("one", gpus=8, submitted_at=1)
+    alone = schedule_pass(s, [single], now=0).decisions[0]
+    assert alone.nodes[0].startswith("n00")  # leaves alike: node order
+    by_id = schedule_pass(s, [gang, single], now=0).by_id()
+    assert by_id["g"].reason.value == "topology" and by_id["g"].earliest_start == 100
+    assert by_id["one"].nodes[0].startswith("n01"), by_id["one"]  # leaf0 is kept
+
+
+def test_drain_leaf_picks_the_earliest_leaf_by_the_calendar():
+    leaf_of = {"a1": "A", "a2": "A", "b1": "B", "b2": "B"}
+    free = {"a1": 900.0, "a2": 100.0, "b1": 500.0, "b2": 400.0}
+    assert drain_leaf(leaf_of, free, 2) == "B"
+    assert drain_leaf(leaf_of, free, 1) == "A"
+    assert drain_leaf(leaf_of, free, 3) is None
+    assert drain_leaf(leaf_of, free, None) is None
