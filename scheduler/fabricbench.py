@@ -19,7 +19,8 @@ pass a waiting gang (no reservations), which is what fragments leaves.
 Printed per fabric, policies side by side: time-weighted GPU allocation and leaf
 fragmentation (share of free GPUs that sit in leaves unable to host the median gang),
 both from the arrival of the first fifth of the jobs (warm-up) to the last arrival; gang
-wait p50/p95 (s); share of gangs placed under one leaf; jobs never placed.
+wait p50/p95 (s); share of gangs placed under one leaf; jobs never placed; jobs refused
+at the door because they can never fit the fabric (``never_fits``).
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from scheduler.cluster import ClusterState
 from scheduler.context import score_context
 from scheduler.fabric import FabricModel, LeafTracker, drain_leaf, typical_gang
 from scheduler.fabrics import fat_tree_2tier, fat_tree_3tier, superpod
+from scheduler.feasibility import never_fits
 from scheduler.model import (
     MILLI,
     Locality,
@@ -237,6 +239,9 @@ class _Sim:
 
 def simulate(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job], policy: str,
              ctx: ScoreContext) -> dict[str, Any]:
+    hardware = Snapshot(tuple(nodes), topology)
+    refused = [j for j in jobs if never_fits(j.request(), hardware) is not None]
+    jobs = [j for j in jobs if never_fits(j.request(), hardware) is None]
     gang = typical_gang(j.nodes for j in jobs) or 1
     sim = _Sim(nodes, topology, policy, ctx, gang)
     sim.window = (jobs[len(jobs) // 5].arrival, jobs[-1].arrival)
@@ -264,6 +269,7 @@ def simulate(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job], pol
         "leaf_frag_pct": round(100 * sim.frag_area / span, 2),
         "gangs": gangs,
         "never_placed": len(sim.waiting),
+        "refused": len(refused),  # can never fit this fabric (scheduler.never_fits)
     }
 
 
@@ -284,7 +290,7 @@ def run(policies: Sequence[str], jobs_n: int, seed: int, load: float,
 
 
 COLUMNS = ("alloc_pct", "gang_wait_p50_s", "gang_wait_p95_s", "gangs_one_leaf_pct",
-           "leaf_frag_pct", "never_placed")
+           "leaf_frag_pct", "never_placed", "refused")
 
 
 def render(results: Sequence[tuple[str, list[dict[str, Any]]]]) -> str:
