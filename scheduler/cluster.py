@@ -14,6 +14,7 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from scheduler.fabric import LeafTracker
+from scheduler.groups import NodeGroups
 from scheduler.model import MILLI, Node, NodeAllocation, NodeState, Topology
 from scheduler.nodestate import (
     NodeKey,
@@ -26,6 +27,7 @@ from scheduler.nodestate import (
 )
 from scheduler.policy import Cost, Policy
 from scheduler.scores import ScoreContext
+from scheduler.tenancy import Held, foreign, hold
 
 Eval = tuple[Cost, Option] | None
 Entry = tuple[Cost, int, int, Option]
@@ -47,27 +49,6 @@ class Choice:
     option: Option
 
 
-class NodeGroups:
-    """Switch groups per (node index, level), memoised; see ``Topology.groups``."""
-
-    def __init__(self, names: Sequence[str], topology: Topology) -> None:
-        self.names, self.topology = names, topology
-        self._at: dict[tuple[int, int], tuple[str, ...]] = {}
-        self._levels: dict[int, int] = {}
-
-    def at(self, i: int, level: int) -> tuple[str, ...]:
-        hit = self._at.get((i, level))
-        if hit is None:
-            hit = self._at[(i, level)] = self.topology.groups(self.names[i], level)
-        return hit
-
-    def levels(self, i: int) -> int:
-        hit = self._levels.get(i)
-        if hit is None:
-            hit = self._levels[i] = self.topology.levels(self.names[i])
-        return hit
-
-
 class ClusterState:
     def __init__(self, nodes: Sequence[Node], policy: Policy, ctx: ScoreContext) -> None:
         self.policy = policy
@@ -83,7 +64,7 @@ class ClusterState:
         ]
         self.domains: list[list[list[int]]] = [self._domains_of(n) for n in self.nodes]
         # Fractions held per GPU by tenant: {gpu: {tenant: milli}} (known tenants only).
-        self.holders: list[dict[int, dict[str, int]]] = [{} for _ in self.nodes]
+        self.holders: list[Held] = [{} for _ in self.nodes]
         self.version = [0] * len(self.nodes)
         self.leaves = (LeafTracker(ctx.fabric, self.names)
                        if ctx.fabric and policy.uses_fabric else None)
@@ -166,12 +147,7 @@ class ClusterState:
         return self.evaluate(self.view(i, shape)[0], shape) if self.ready[i] else None
 
     def _foreign(self, i: int, tenant: str, free: dict[int, int]) -> set[int]:
-        """GPUs of node ``i`` that a fraction for ``tenant`` may not share: partly free
-        and holding a fraction of another tenant (none on a shared-tenancy node)."""
-        if not tenant or self.nodes[i].shared_tenancy or not self.holders[i]:
-            return set()
-        return {g for g, held in self.holders[i].items()
-                if free.get(g, 0) < MILLI and any(t != tenant for t in held)}
+        return foreign(self.holders[i], tenant, free, self.nodes[i].shared_tenancy)
 
     def view(self, i: int, shape: Shape) -> tuple[NodeKey, list[int], dict[int, int]]:
         """Node ``i``'s key, domain order and free milli as ``shape`` may use them: for a
@@ -319,27 +295,10 @@ class ClusterState:
         for gpu, milli in alloc.gpus:
             if gpu in free:
                 free[gpu] -= sign * milli
-                self._hold(i, gpu, tenant, sign * milli)
+                hold(self.holders[i], gpu, tenant, sign * milli, free[gpu])
         self.cpu_free[i] -= sign * alloc.cpu_milli
         self.mem_free[i] -= sign * alloc.memory_mib
         self._touch(i)
-
-    def _hold(self, i: int, gpu: int, tenant: str, milli: int) -> None:
-        """Track a tenant's fraction of a GPU; a GPU fully free again has no holders."""
-        held = self.holders[i]
-        if self.gpu_free[i][gpu] >= MILLI:
-            held.pop(gpu, None)
-            return
-        if not tenant:
-            return
-        per = held.setdefault(gpu, {})
-        left = per.get(tenant, 0) + milli
-        if left > 0:
-            per[tenant] = left
-        else:
-            per.pop(tenant, None)
-            if not per:
-                del held[gpu]
 
     def release(self, alloc: NodeAllocation, tenant: str = "") -> None:
         self.consume(alloc, -1, tenant)

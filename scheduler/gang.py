@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler.cluster import Choice, NodeGroups
+from scheduler.cluster import Choice
+from scheduler.groups import NodeGroups
 from scheduler.model import Locality, LocalityLevel, Topology
 
 UNBOUNDED = 1_000
