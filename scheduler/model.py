@@ -101,7 +101,8 @@ class Topology:
     parent: Mapping[str, str] = field(default_factory=dict)
     links: tuple[tuple[str, str], ...] = ()
     attach: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    _graph: list[SwitchGraph] = field(default_factory=list, compare=False, repr=False)
+    _graph: list[SwitchGraph] = field(default_factory=list, init=False, compare=False,
+                                      repr=False)
 
     @property
     def is_graph(self) -> bool:

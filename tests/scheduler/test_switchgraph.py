@@ -79,3 +79,12 @@ def test_tree_form_hops(a, b, hops):
 
 def _req(rid, **kw):
     return req(rid, gpus=8, **kw)
+
+
+def test_a_replaced_topology_builds_its_own_graph():
+    from dataclasses import replace
+
+    t = Topology(parent={"a": "l1", "b": "l2"}, links=(("l1", "s"), ("l2", "s")))
+    assert t.hops("a", "b") == 1
+    cut = replace(t, links=(("l1", "s"),))
+    assert cut.hops("a", "b") is None and t.hops("a", "b") == 1
