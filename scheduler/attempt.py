@@ -49,8 +49,15 @@ def find(state: ClusterState, request: Request, shape: Shape, topology: Topology
         return Found((choice,), 0) if choice is not None else None
     if state.count_feasible(shape) < request.nodes:
         return None
-    picked = select_gang(state.feasible_nodes(shape), request.nodes, state.names, topology,
-                         gang_locality(request, relax), state.node_groups(topology))
+    choices = state.feasible_nodes(shape)
+    groups, locality = state.node_groups(topology), gang_locality(request, relax)
+    avoid = state.drained_nodes(request.nodes)
+    picked = None
+    if avoid:  # a smaller gang keeps off the leaf drained for a larger one if it can
+        kept = [c for c in choices if c.node not in avoid]
+        picked = select_gang(kept, request.nodes, state.names, topology, locality, groups)
+    if picked is None:
+        picked = select_gang(choices, request.nodes, state.names, topology, locality, groups)
     if picked is None:
         return None
     choices, hops = picked

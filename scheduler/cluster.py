@@ -308,6 +308,14 @@ class ClusterState:
         self.ready[i] = ready
         self._touch(i)
 
+    def drained_nodes(self, gang: int) -> frozenset[int]:
+        """Nodes of the leaf drained for a gang larger than ``gang`` nodes (else none)."""
+        leaves = self.leaves
+        if leaves is None or leaves.drain_for is None or gang >= leaves.drain_for:
+            return frozenset()
+        lid = leaves.drained()
+        return frozenset() if lid is None else frozenset(leaves.members[lid])
+
     def set_drain(self, nodes: int | None, leaf: str | None) -> None:
         """Drain ``leaf`` for a queued gang of ``nodes`` that needs one (None: none)."""
         if self.leaves is None:

@@ -159,3 +159,19 @@ def test_drain_leaf_picks_the_earliest_leaf_by_the_calendar():
     assert drain_leaf(leaf_of, free, 1) == "A"
     assert drain_leaf(leaf_of, free, 3) is None
     assert drain_leaf(leaf_of, free, None) is None
+
+
+def test_a_smaller_gang_keeps_off_the_leaf_drained_for_a_larger_one():
+    # 3 leaves of 4. leaf0 has 2 idle nodes and frees all 4 soonest: it is drained for
+    # the 4-node gang. A 2-node gang alone goes to leaf0 (best fit: the fullest leaf that
+    # holds it); with the big gang waiting it goes elsewhere.
+    nodes, topo = hgx_cluster(leaves=3, per_leaf=4)
+    busy = (lease("a", "n0000", [0], end=100), lease("b", "n0001", [0], end=100),
+            lease("c", "n0100", [0], end=500), lease("d", "n0200", [0], end=900))
+    s = snap(nodes, topo, leases=busy)
+    small = req("small", gpus=8, nodes=2, submitted_at=1)
+    assert {n[:3] for n in schedule_pass(s, [small], now=0).decisions[0].nodes} == {"n00"}
+    big = req("big", gpus=8, nodes=4, locality=LEAF)
+    by_id = schedule_pass(s, [big, small], now=0).by_id()
+    assert by_id["big"].reason.value == "topology" and by_id["big"].earliest_start == 100
+    assert {n[:3] for n in by_id["small"].nodes} == {"n01"}, by_id["small"]
