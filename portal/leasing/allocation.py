@@ -134,6 +134,11 @@ def hardware() -> core.Snapshot:
     return core.Snapshot(nodes=_nodes(), topology=_topology())
 
 
+def never_fits(lease: Lease, now: datetime) -> core.NeverFits | None:
+    """Why no future state of the pool can hold ``lease`` (an unsaved order), or None."""
+    return core.never_fits(to_request(lease, now), hardware())
+
+
 def snapshot(*, exclude_leases: Iterable[str] = ()) -> core.Snapshot:
     """Everything the core needs, read in the caller's transaction."""
     now = clock.now()
@@ -172,4 +177,6 @@ def extension(lease: Lease, new_end: datetime) -> core.ExtensionResult:
 
 Reason = core.Reason
 Placement = core.Placement
+Limit = core.Limit
+NeverFits = core.NeverFits
 Unplaceable = core.Unplaceable

@@ -1,8 +1,8 @@
 """Refuse orders the pool can never hold (issue 11.3), with words and the field to change.
 
 The core's ``never_fits`` compares a request with the hardware only; this module asks it
-for an order that is never saved and turns its structured reason into an
-:class:`ApplicationError` (400) naming the order field. Reads only.
+(through the leasing adapter) for an order that is never saved and turns its structured
+reason into an :class:`ApplicationError` (400) naming the order field. Reads only.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from django.utils.translation import gettext as _
 
-import scheduler as core
 from portal.core.errors import ApplicationError
 from portal.leasing import allocation
 from portal.leasing.models import Lease
@@ -29,22 +28,22 @@ class NeverPlaceable(ApplicationError):
     code = "never_placeable"
 
 
-def message(why: core.NeverFits) -> str:
+def message(why: allocation.NeverFits) -> str:
     values = {"asked": why.asked, "most": why.most,
               "models": "/".join(why.models) or _("any model")}
     texts = {
-        core.Limit.MODEL: _("The pool has no GPUs of the requested model(s)."),
-        core.Limit.POOL_GPUS: _("The pool holds %(most)s %(models)s GPUs; this order asks "
+        allocation.Limit.MODEL: _("The pool has no GPUs of the requested model(s)."),
+        allocation.Limit.POOL_GPUS: _("The pool holds %(most)s %(models)s GPUs; this order asks "
                                 "for %(asked)s."),
-        core.Limit.NODE_GPUS: _("The largest %(models)s node has %(most)s GPUs; this order "
+        allocation.Limit.NODE_GPUS: _("The largest %(models)s node has %(most)s GPUs; this order "
                                 "asks for %(asked)s per node."),
-        core.Limit.NVLINK: _("The largest NVLink domain has %(most)s GPUs; this order asks "
+        allocation.Limit.NVLINK: _("The largest NVLink domain has %(most)s GPUs; this order asks "
                              "for %(asked)s in one."),
-        core.Limit.NODE_CPU: _("No node that holds these GPUs has enough CPU."),
-        core.Limit.NODE_MEMORY: _("No node that holds these GPUs has enough memory."),
-        core.Limit.POOL_NODES: _("The pool has %(most)s %(models)s nodes that hold this "
+        allocation.Limit.NODE_CPU: _("No node that holds these GPUs has enough CPU."),
+        allocation.Limit.NODE_MEMORY: _("No node that holds these GPUs has enough memory."),
+        allocation.Limit.POOL_NODES: _("The pool has %(most)s %(models)s nodes that hold this "
                                  "shape; this order asks for %(asked)s."),
-        core.Limit.LOCAL_NODES: _("No leaf switch holds %(asked)s %(models)s nodes (at most "
+        allocation.Limit.LOCAL_NODES: _("No leaf switch holds %(asked)s %(models)s nodes (at most "
                                   "%(most)s); order fewer nodes or drop the required "
                                   "locality."),
     }
@@ -58,7 +57,7 @@ def check_order_fits(*, tenant: Tenant, spec: OrderSpec, window: Window, models:
                   gpu_milli=spec.gpu_milli, nodes=spec.nodes, locality=spec.locality,
                   locality_required=spec.locality_required, priority=spec.priority,
                   start_at=window.start, end_at=window.end, created=now)
-    why = core.never_fits(allocation.to_request(lease, now), allocation.hardware())
+    why = allocation.never_fits(lease, now)
     if why is None:
         return
     text = message(why)
