@@ -45,6 +45,10 @@ TRACES ?= ../shared/bench/traces
 bench-scheduler: $(STAMP)
 	$(PY) -m scheduler.bench
 
+.PHONY: bench-fabric
+bench-fabric: $(STAMP)
+	$(PY) -m scheduler.bench fabric --csv fabric-workload.csv
+
 bench-replay: $(STAMP)
 	$(PY) -m scheduler.replay snapshot --nodes $(TRACES)/openb_node_list_gpu_node.csv \
 	  --pods $(TRACES)/openb_pod_list_default.csv --tune 1.3 --seed 42 --out report.json

@@ -14,6 +14,7 @@ from scheduler.decisions import (
     Unplaceable,
 )
 from scheduler.engine import quote, schedule_pass
+from scheduler.feasibility import Limit, NeverFits, never_fits
 from scheduler.model import (
     MILLI,
     FairShareConfig,
@@ -44,8 +45,10 @@ __all__ = [
     "FairShareConfig",
     "Gpu",
     "Lease",
+    "Limit",
     "Locality",
     "LocalityLevel",
+    "NeverFits",
     "Node",
     "NodeAllocation",
     "NodeState",
@@ -63,6 +66,7 @@ __all__ = [
     "UsageRecord",
     "check_extension",
     "get_policy",
+    "never_fits",
     "quote",
     "schedule_pass",
 ]

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from scheduler.cluster import Choice, ClusterState
 from scheduler.gang import select_gang
-from scheduler.model import Locality, LocalityLevel, NodeAllocation, Request, Topology
+from scheduler.model import MILLI, Locality, LocalityLevel, NodeAllocation, Request, Topology
 from scheduler.nodestate import NvlinkNeed, Shape, apply
 
 
@@ -30,6 +30,7 @@ def shape_of(request: Request, models: frozenset[str] | None = None,
         cpu=request.cpu_milli,
         mem=request.memory_mib,
         nvlink=nvlink,
+        tenant=request.tenant if request.gpu_milli < MILLI else "",
     )
 
 
@@ -48,8 +49,15 @@ def find(state: ClusterState, request: Request, shape: Shape, topology: Topology
         return Found((choice,), 0) if choice is not None else None
     if state.count_feasible(shape) < request.nodes:
         return None
-    picked = select_gang(state.feasible_nodes(shape), request.nodes, state.names, topology,
-                         gang_locality(request, relax), state.ancestors(topology))
+    choices = state.feasible_nodes(shape)
+    groups, locality = state.node_groups(topology), gang_locality(request, relax)
+    avoid = state.drained_nodes(request.nodes)
+    picked = None
+    if avoid:  # a smaller gang keeps off the leaf drained for a larger one if it can
+        kept = [c for c in choices if c.node not in avoid]
+        picked = select_gang(kept, request.nodes, state.names, topology, locality, groups)
+    if picked is None:
+        picked = select_gang(choices, request.nodes, state.names, topology, locality, groups)
     if picked is None:
         return None
     choices, hops = picked
@@ -64,7 +72,7 @@ def breakdown(state: ClusterState, shape: Shape, found: Found) -> dict[str, floa
     """Sum of each scorer over the chosen nodes (computed before commit) plus hops."""
     out: dict[str, float] = {}
     for c in found.choices:
-        key = state.keys[c.node]
+        key = state.view(c.node, shape)[0]
         parts = state.policy.explain(state.ctx, key, shape, c.option,
                                      apply(key, shape, c.option))
         for name, value in parts.items():

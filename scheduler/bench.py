@@ -1,4 +1,6 @@
-"""``python -m scheduler.bench``: decision cost at 1k/5k/10k generated HGX nodes.
+"""``python -m scheduler.bench``: decision cost at 1k/5k/10k generated HGX nodes
+(``python -m scheduler.bench fabric``: gang wait and leaf fragmentation per policy on
+generated fabrics, see ``scheduler.fabricbench``).
 
 Each cluster is 8-GPU HGX nodes, 32 per leaf, 16 leaves per spine, pre-filled to about
 40% with on-demand and spot leases; a queue of ``--queue`` requests (fractional, 1/2/4/8
@@ -108,10 +110,15 @@ def measure(n: int, count: int, seed: int = 7) -> dict[str, float]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["fabric"]:
+        from scheduler import fabricbench
+
+        return fabricbench.main(args_in[1:])
     parser = argparse.ArgumentParser(prog="python -m scheduler.bench")
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 10000])
     parser.add_argument("--queue", type=int, nargs="+", default=[5000])
-    args = parser.parse_args(argv)
+    args = parser.parse_args(args_in)
     print(f"{'nodes':>6} {'queue':>6} {'placed':>6} {'p50_ms':>8} {'p99_ms':>8} "
           f"{'cpu_p50':>8} {'cpu_p99':>8} {'req/s':>8} {'rss_MiB':>8}")
     for n in args.nodes:

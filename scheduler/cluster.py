@@ -13,6 +13,8 @@ import heapq
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
+from scheduler.fabric import LeafTracker
+from scheduler.groups import NodeGroups
 from scheduler.model import MILLI, Node, NodeAllocation, NodeState, Topology
 from scheduler.nodestate import (
     NodeKey,
@@ -25,6 +27,7 @@ from scheduler.nodestate import (
 )
 from scheduler.policy import Cost, Policy
 from scheduler.scores import ScoreContext
+from scheduler.tenancy import Held, foreign, hold
 
 Eval = tuple[Cost, Option] | None
 Entry = tuple[Cost, int, int, Option]
@@ -60,7 +63,15 @@ class ClusterState:
             {g.index: MILLI for g in n.gpus if g.healthy} for n in self.nodes
         ]
         self.domains: list[list[list[int]]] = [self._domains_of(n) for n in self.nodes]
+        # Fractions held per GPU by tenant: {gpu: {tenant: milli}} (known tenants only).
+        self.holders: list[Held] = [{} for _ in self.nodes]
         self.version = [0] * len(self.nodes)
+        self.leaves = (LeafTracker(ctx.fabric, self.names)
+                       if ctx.fabric and policy.uses_fabric else None)
+        if self.leaves is not None:
+            for i in range(len(self.nodes)):
+                self.leaves.set_node(i, *self._fabric_state(i))
+            self.leaves.recompute()
         self.keys: list[NodeKey] = []
         self.order: list[list[int]] = []
         for i in range(len(self.nodes)):
@@ -76,7 +87,7 @@ class ClusterState:
         for i, key in enumerate(self.keys):
             if self.ready[i]:
                 self.classes.setdefault(key, {})[i] = None
-        self._ancestors: list[tuple[str, ...]] | None = None
+        self._groups: NodeGroups | None = None
         # Preemption search results per (node, version, shape, candidate lease ids):
         # (how many of the ordered candidates to preempt, evaluation) or None.
         self.victim_memo: dict[tuple[int, int, int, tuple[str, ...]],
@@ -99,7 +110,16 @@ class ClusterState:
         n, free = self.nodes[i], self.gpu_free[i]
         doms = [[free[g] for g in dom] for dom in self.domains[i]]
         return make_key(n.model, n.cpu_milli, n.memory_mib, self.cpu_free[i],
-                        self.mem_free[i], doms)
+                        self.mem_free[i], doms, self._fabric_flag(i))
+
+    def _fabric_flag(self, i: int) -> int:
+        return 0 if self.leaves is None else self.leaves.flag(i)
+
+    def _fabric_state(self, i: int) -> tuple[bool, bool]:
+        """(counts towards its leaf's size, idle) for node ``i``."""
+        free = self.gpu_free[i]
+        counted = self.ready[i] and bool(free)
+        return counted, counted and all(v == MILLI for v in free.values())
 
     # ----------------------------------------------------------------- evaluation
     def evaluate(self, key: NodeKey, shape: Shape) -> Eval:
@@ -124,7 +144,24 @@ class ClusterState:
         return best
 
     def eval_node(self, i: int, shape: Shape) -> Eval:
-        return self.evaluate(self.keys[i], shape) if self.ready[i] else None
+        return self.evaluate(self.view(i, shape)[0], shape) if self.ready[i] else None
+
+    def _foreign(self, i: int, tenant: str, free: dict[int, int]) -> set[int]:
+        return foreign(self.holders[i], tenant, free, self.nodes[i].shared_tenancy)
+
+    def view(self, i: int, shape: Shape) -> tuple[NodeKey, list[int], dict[int, int]]:
+        """Node ``i``'s key, domain order and free milli as ``shape`` may use them: for a
+        fractional shape of a tenant, GPUs shared with another tenant count as full."""
+        free = self.gpu_free[i]
+        foreign = self._foreign(i, shape.tenant, free) if shape.fractional else set()
+        if not foreign:
+            return self.keys[i], self.order[i], free
+        masked = {g: (0 if g in foreign else v) for g, v in free.items()}
+        n = self.nodes[i]
+        doms = [[masked[g] for g in dom] for dom in self.domains[i]]
+        key, order = make_key(n.model, n.cpu_milli, n.memory_mib, self.cpu_free[i],
+                              self.mem_free[i], doms, self._fabric_flag(i))
+        return key, order, masked
 
     def _heap_for(self, shape: Shape) -> list[Entry]:
         sh = self.heaps.get(shape)
@@ -145,12 +182,14 @@ class ClusterState:
         keys, ready, version = self.keys, self.ready, self.version
         # Evaluations are pure, so a reference kept across a memo reset stays correct.
         per_shape = self.memo.setdefault(shape, {})
+        tenant_view = bool(shape.tenant) and shape.fractional
         for i in idx:
             if not ready[i]:
                 continue
-            ev = per_shape.get(keys[i], _MISSING)
+            key = self.view(i, shape)[0] if tenant_view else keys[i]
+            ev = per_shape.get(key, _MISSING)
             if ev is _MISSING:
-                ev = self.evaluate(keys[i], shape)
+                ev = self.evaluate(key, shape)
             if ev is not None:
                 out.append((ev[0], i, version[i], ev[1]))
         return out
@@ -195,15 +234,17 @@ class ClusterState:
         return sum(len(members) for key, members in self.classes.items()
                    if self.evaluate(key, shape) is not None)
 
-    def ancestors(self, topology: Topology) -> list[tuple[str, ...]]:
-        """Each node's switches from the leaf up (computed once per state)."""
-        if self._ancestors is None:
-            self._ancestors = [topology.ancestors(n.name) for n in self.nodes]
-        return self._ancestors
+    def node_groups(self, topology: Topology) -> NodeGroups:
+        """Each node's switch groups per level (computed lazily, once per state)."""
+        if self._groups is None or self._groups.topology is not topology:
+            self._groups = NodeGroups(self.names, topology)
+        return self._groups
 
-    def key_released(self, i: int, parts: Iterable[NodeAllocation]) -> NodeKey:
+    def key_released(self, i: int, parts: Iterable[NodeAllocation],
+                     tenant: str = "") -> NodeKey:
         """Node ``i``'s state key as if ``parts`` (allocations on it) were released;
-        nothing changes (no version bump, no change-log entry)."""
+        nothing changes (no version bump, no change-log entry). With ``tenant``, GPUs
+        another tenant holds a fraction of (and that stay partly used) count as full."""
         free = dict(self.gpu_free[i])
         cpu, mem = self.cpu_free[i], self.mem_free[i]
         for part in parts:
@@ -212,17 +253,20 @@ class ClusterState:
                     free[gpu] += milli
             cpu += part.cpu_milli
             mem += part.memory_mib
+        for g in self._foreign(i, tenant, free):
+            free[g] = 0
         n = self.nodes[i]
         doms = [[free[g] for g in dom] for dom in self.domains[i]]
-        return make_key(n.model, n.cpu_milli, n.memory_mib, cpu, mem, doms)[0]
+        return make_key(n.model, n.cpu_milli, n.memory_mib, cpu, mem, doms,
+                        self._fabric_flag(i))[0]
 
     # ----------------------------------------------------------------- mutation
     def gpus_for(self, i: int, shape: Shape, option: Option) -> tuple[tuple[int, int], ...]:
         """Concrete ``(gpu_index, milli)`` pairs for an option on node ``i``."""
-        free = self.gpu_free[i]
+        _, order, free = self.view(i, shape)
         out: list[tuple[int, int]] = []
         for pos, value in option:
-            dom = self.domains[i][self.order[i][pos]]
+            dom = self.domains[i][order[pos]]
             if shape.fractional:
                 gpu = next(g for g in dom if free[g] == value)
                 out.append((gpu, shape.milli))
@@ -234,11 +278,12 @@ class ClusterState:
     def place(self, i: int, shape: Shape, option: Option) -> NodeAllocation:
         alloc = NodeAllocation(self.nodes[i].name, self.gpus_for(i, shape, option),
                                shape.cpu, shape.mem)
-        self.consume(alloc)
+        self.consume(alloc, tenant=shape.tenant)
         return alloc
 
-    def consume(self, alloc: NodeAllocation, sign: int = 1) -> None:
-        """Take (``sign=1``) or give back (``sign=-1``) an allocation's resources.
+    def consume(self, alloc: NodeAllocation, sign: int = 1, tenant: str = "") -> None:
+        """Take (``sign=1``) or give back (``sign=-1``) an allocation's resources;
+        ``tenant`` (when known) records who holds fractions of each GPU.
 
         GPUs that are not present (unhealthy, unknown) are ignored: their capacity is
         already excluded.
@@ -250,19 +295,47 @@ class ClusterState:
         for gpu, milli in alloc.gpus:
             if gpu in free:
                 free[gpu] -= sign * milli
+                hold(self.holders[i], gpu, tenant, sign * milli, free[gpu])
         self.cpu_free[i] -= sign * alloc.cpu_milli
         self.mem_free[i] -= sign * alloc.memory_mib
         self._touch(i)
 
-    def release(self, alloc: NodeAllocation) -> None:
-        self.consume(alloc, -1)
+    def release(self, alloc: NodeAllocation, tenant: str = "") -> None:
+        self.consume(alloc, -1, tenant)
 
     def set_ready(self, i: int, ready: bool) -> None:
         self._leave_class(i)
         self.ready[i] = ready
         self._touch(i)
 
+    def drained_nodes(self, gang: int) -> frozenset[int]:
+        """Nodes of the leaf drained for a gang larger than ``gang`` nodes (else none)."""
+        leaves = self.leaves
+        if leaves is None or leaves.drain_for is None or gang >= leaves.drain_for:
+            return frozenset()
+        lid = leaves.drained()
+        return frozenset() if lid is None else frozenset(leaves.members[lid])
+
+    def set_drain(self, nodes: int | None, leaf: str | None) -> None:
+        """Drain ``leaf`` for a queued gang of ``nodes`` that needs one (None: none)."""
+        if self.leaves is None:
+            return
+        for lid in self.leaves.set_drain(nodes, leaf):
+            for j in self.leaves.members[lid]:
+                self._rekey(j)
+
     def _touch(self, i: int) -> None:
+        """Node ``i`` changed: new key, and new keys for the nodes of every leaf whose
+        fabric flags changed with it."""
+        changed = [] if self.leaves is None else self.leaves.update(i, *self._fabric_state(i))
+        self._rekey(i)
+        if self.leaves is not None:
+            for lid in changed:
+                for j in self.leaves.members[lid]:
+                    if j != i:
+                        self._rekey(j)
+
+    def _rekey(self, i: int) -> None:
         self._leave_class(i)
         self.version[i] += 1
         self.keys[i], self.order[i] = self._make_key(i)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from scheduler.fabric import FabricModel, drain_leaf, typical_gang
 from scheduler.frag import FragModel, typical_task_mix
-from scheduler.model import MILLI, Lease, Request, Snapshot, TaskType
+from scheduler.model import MILLI, Lease, LocalityLevel, Request, Snapshot, TaskType
 from scheduler.scores import ScoreContext
 
+LEAF_LEVELS = (LocalityLevel.LEAF, LocalityLevel.NODE, LocalityLevel.NVLINK)
 DEFAULT_MIX = (TaskType(0, MILLI, 1, frozenset(), 1.0),)
 
 
@@ -26,6 +28,43 @@ def derive_task_mix(snapshot: Snapshot, queue: Sequence[Request]) -> tuple[TaskT
     return typical_task_mix(tasks) or DEFAULT_MIX
 
 
+def fabric_model(snapshot: Snapshot, queue: Sequence[Request]) -> FabricModel | None:
+    """Leaves of the snapshot's nodes and the typical gang (queue and leases); None when
+    no node sits under a known leaf."""
+    leaf_of = {}
+    for node in snapshot.nodes:
+        leaf = snapshot.topology.leaf_of(node.name)
+        if leaf is not None:
+            leaf_of[node.name] = leaf
+    if not leaf_of:
+        return None
+    sizes = [r.nodes for r in queue] + [len(le.parts) for le in snapshot.leases]
+    gangs_queued = sum(1 for r in queue if r.nodes > 1)
+    need = drain_for(queue)
+    return FabricModel(leaf_of, typical_gang(sizes), max(1, gangs_queued), need,
+                       drain_leaf(leaf_of, free_at(snapshot.leases), need))
+
+
+def free_at(leases: Sequence[Lease]) -> dict[str, float]:
+    """When each node is free of every lease in the snapshot (open-ended: never)."""
+    out: dict[str, float] = {}
+    for lease in leases:
+        end = float("inf") if lease.end is None else float(lease.end)
+        for part in lease.parts:
+            out[part.node] = max(out.get(part.node, 0.0), end)
+    return out
+
+
+def drain_for(queue: Sequence[Request]) -> int | None:
+    """Nodes of the largest queued gang that requires one leaf (None: no such gang)."""
+    return max((r.nodes for r in queue if r.nodes > 1 and needs_one_leaf(r)), default=None)
+
+
+def needs_one_leaf(request: Request) -> bool:
+    loc = request.locality
+    return loc is not None and loc.required and loc.level in LEAF_LEVELS
+
+
 def score_context(snapshot: Snapshot, queue: Sequence[Request]) -> ScoreContext:
     mix = derive_task_mix(snapshot, queue)
     demand: dict[str, float] = {}
@@ -37,4 +76,5 @@ def score_context(snapshot: Snapshot, queue: Sequence[Request]) -> ScoreContext:
         max_cpu=max((n.cpu_milli for n in snapshot.nodes), default=1) or 1,
         max_gpus=max((len(n.gpus) for n in snapshot.nodes), default=1) or 1,
         model_demand=demand,
+        fabric=fabric_model(snapshot, queue),
     )

@@ -56,7 +56,7 @@ class _Pass:
         state = ClusterState(self.snapshot.nodes, self.policy, self.ctx)
         for lease in leases:
             for part in lease.parts:
-                state.consume(part)
+                state.consume(part, tenant=lease.tenant)
         return state
 
     def decide(self, request: Request, want_earliest: bool) -> Decision:
@@ -79,7 +79,7 @@ class _Pass:
     def _apply(self, leases: Sequence[Lease], sign: int) -> None:
         for lease in leases:
             for part in lease.parts:
-                self.base.consume(part, sign)
+                self.base.consume(part, sign, lease.tenant)
 
     def _place_now(self, req: Request, shape: Shape, adm: Admission) -> Placement | None:
         found = find(self.base, req, shape, self.snapshot.topology)
@@ -156,7 +156,9 @@ class _Pass:
                  want_earliest: bool) -> Unplaceable:
         reason, detail = self._reason(req, shape)
         when = None
-        if want_earliest and reason not in (Reason.NO_MATCHING_GPUS, Reason.TOPOLOGY):
+        # Only what never fits the empty cluster has no start; a gang blocked by
+        # locality fits once running leases end (issue 11 finding 2).
+        if want_earliest and self._fits_fixed("empty", req, shape):
             when = self._earliest(req, shape)
         return Unplaceable(req.id, reason, detail, when)
 

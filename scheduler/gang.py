@@ -1,22 +1,21 @@
 """Choosing the nodes of a multi-node gang under the switch tree.
 
-Hops between nodes are counted in switch levels up to their lowest common ancestor:
-0 = same leaf, 1 = same spine (one level above the leaf), and so on. A gang goes under
+Hops between nodes are counted in switch levels (``Topology.hops``): 0 = same leaf (or
+rail group), 1 = through one spine, and so on; on a switch graph a *group at level L* is
+every node within L links of one switch (``scheduler.switchgraph``). A gang goes under
 one leaf when one leaf can hold it (the fullest such leaf: best fit), otherwise under the
 lowest common switch that can, spanning as few leaves as possible.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from scheduler.cluster import Choice
+from scheduler.groups import NodeGroups
 from scheduler.model import Locality, LocalityLevel, Topology
 
 UNBOUNDED = 1_000
-
-# Node index -> switches from its leaf up.
-Ancestors = Mapping[int, tuple[str, ...]] | Sequence[tuple[str, ...]]
 
 
 def max_hops(locality: Locality | None) -> tuple[int, bool]:
@@ -29,61 +28,51 @@ def max_hops(locality: Locality | None) -> tuple[int, bool]:
     return hops, locality.required
 
 
-def group_key(ancestors: tuple[str, ...], level: int, node_name: str) -> str:
-    """The switch at ``level`` above a node; the cluster root beyond the tree's top."""
-    if level < len(ancestors):
-        return ancestors[level]
-    if not ancestors:
-        return "node:" + node_name if level == 0 else "<root>"
-    return "<root>"
-
-
 def select_gang(
     choices: Sequence[Choice], count: int, names: Sequence[str], topology: Topology,
-    locality: Locality | None, node_ancestors: Ancestors | None = None,
+    locality: Locality | None, node_groups: NodeGroups | None = None,
 ) -> tuple[list[Choice], int] | None:
     """``count`` nodes from ``choices`` and the hop level they span, or None.
 
-    ``node_ancestors[i]`` may give node ``i``'s switches precomputed (else they are
-    looked up in ``topology``)."""
+    ``node_groups`` may give the nodes' switch groups precomputed (else they are looked
+    up in ``topology``)."""
     if len(choices) < count:
         return None
-    ancestors: Ancestors = node_ancestors if node_ancestors is not None else {
-        c.node: topology.ancestors(names[c.node]) for c in choices}
-    depth = max((len(ancestors[c.node]) for c in choices), default=0)
+    groups = node_groups if node_groups is not None else NodeGroups(names, topology)
+    depth = max((groups.levels(c.node) for c in choices), default=0)
     limit, required = max_hops(locality)
     top = depth if not required else min(limit, depth)
     for level in range(top + 1):
-        picked = _best_group(choices, count, names, ancestors, level)
+        picked = _best_group(choices, count, groups, level)
         if picked is not None:
             return picked, level
     if required:
         return None
-    return _spread(choices, count, names, ancestors), depth
+    return _fewest_leaves(choices, count, groups), depth
 
 
 def _best_group(
-    choices: Sequence[Choice], count: int, names: Sequence[str],
-    ancestors: Ancestors, level: int,
+    choices: Sequence[Choice], count: int, groups: NodeGroups, level: int,
 ) -> list[Choice] | None:
-    groups: dict[str, list[Choice]] = {}
+    """The smallest group of ``level`` that holds the gang (best fit), lowest node first."""
+    by_group: dict[str, list[Choice]] = {}
     for c in choices:
-        groups.setdefault(group_key(ancestors[c.node], level, names[c.node]), []).append(c)
-    fitting = [g for g in groups.values() if len(g) >= count]
+        for key in groups.at(c.node, level):
+            by_group.setdefault(key, []).append(c)
+    fitting = [g for g in by_group.values() if len(g) >= count]
     if not fitting:
         return None
     best = min(fitting, key=lambda g: (len(g), min(c.node for c in g)))
-    return _fewest_leaves(best, count, names, ancestors)
+    return _fewest_leaves(best, count, groups)
 
 
 def _fewest_leaves(
-    group: Sequence[Choice], count: int, names: Sequence[str],
-    ancestors: Ancestors,
+    group: Sequence[Choice], count: int, groups: NodeGroups,
 ) -> list[Choice]:
     """Take whole leaves first (largest first), best-cost nodes within a leaf."""
     leaves: dict[str, list[Choice]] = {}
     for c in group:
-        leaves.setdefault(group_key(ancestors[c.node], 0, names[c.node]), []).append(c)
+        leaves.setdefault(groups.at(c.node, 0)[0], []).append(c)
     ordered = sorted(leaves.values(), key=lambda g: (-len(g), min(c.node for c in g)))
     out: list[Choice] = []
     for leaf in ordered:
@@ -92,10 +81,3 @@ def _fewest_leaves(
                 return out
             out.append(c)
     return out
-
-
-def _spread(
-    choices: Sequence[Choice], count: int, names: Sequence[str],
-    ancestors: Ancestors,
-) -> list[Choice]:
-    return _fewest_leaves(choices, count, names, ancestors)

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
+from scheduler.switchgraph import ROOT, SwitchGraph
+
 MILLI = 1000  # capacity of one GPU in milli-GPU
 
 
@@ -58,13 +60,18 @@ class Gpu:
 
 @dataclass(frozen=True)
 class Node:
-    """A host. All healthy GPUs of a node share one model (validated)."""
+    """A host. All healthy GPUs of a node share one model (validated).
+
+    ``shared_tenancy``: fractions of one GPU may go to different tenants (the operator
+    marked the node's pool so); by default a GPU is shared only within one tenant.
+    """
 
     name: str
     cpu_milli: int
     memory_mib: int
     gpus: tuple[Gpu, ...] = ()
     state: NodeState = NodeState.READY
+    shared_tenancy: bool = False
 
     def __post_init__(self) -> None:
         models = {g.model for g in self.gpus}
@@ -80,16 +87,70 @@ class Node:
 
 @dataclass(frozen=True)
 class Topology:
-    """A tree: ``parent`` maps a node name or switch name to its parent switch.
+    """Where nodes sit in the fabric.
 
-    A node's parent is its leaf switch; leaves hang under spines, and so on. Nodes
-    missing from the map are treated as each under its own private leaf.
+    *Tree form* (``parent`` only): ``parent`` maps a node or switch to its parent switch
+    (node → leaf → spine → …). *Graph form* (``links`` or ``attach`` given): ``links`` are
+    switch-to-switch cables, every uplink kept (multi-spine, 3-tier); ``attach`` maps a
+    node to the leaves its HCAs are cabled to (several for rail-optimised nodes); nodes
+    without ``attach`` use ``parent`` for their leaf. Distances are switch hops on the
+    graph (``scheduler.switchgraph``). Nodes missing from both are each under a private
+    leaf.
     """
 
     parent: Mapping[str, str] = field(default_factory=dict)
+    links: tuple[tuple[str, str], ...] = ()
+    attach: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    _graph: list[SwitchGraph] = field(default_factory=list, init=False, compare=False,
+                                      repr=False)
+
+    @property
+    def is_graph(self) -> bool:
+        return bool(self.links or self.attach)
+
+    def graph(self) -> SwitchGraph:
+        """The switch graph (built once per topology)."""
+        if not self._graph:
+            self._graph.append(SwitchGraph(self.parent, self.links, self.attach))
+        return self._graph[0]
+
+    def leaf_of(self, name: str) -> str | None:
+        """The leaf (or rail group) a node is local under (None: not in the topology)."""
+        return self.graph().local(name) if self.is_graph else self.parent.get(name)
+
+    def groups(self, name: str, level: int) -> tuple[str, ...]:
+        """The switch groups of a node at ``level``: nodes sharing one are at most
+        ``level`` levels apart (tree form: the one ancestor at that level)."""
+        if self.is_graph:
+            return self.graph().groups(name, level)
+        return (self.local_group(name, level),)
+
+    def levels(self, name: str) -> int:
+        """How many levels above its leaf a node's groups can still differ."""
+        return self.graph().depth if self.is_graph else len(self.ancestors(name))
+
+    def hops(self, a: str, b: str) -> int | None:
+        """Levels between two nodes: 0 same leaf (or rail group), 1 through one spine…"""
+        if self.is_graph:
+            return self.graph().hops(a, b)
+        for level in range(max(self.levels(a), self.levels(b)) + 1):
+            if self.local_group(a, level) == self.local_group(b, level):
+                return level
+        return None
+
+    def local_group(self, name: str, level: int) -> str:
+        """Tree form: the switch ``level`` hops above a node's leaf (0: its leaf); nodes
+        outside the topology are each their own leaf, and beyond the top all share one
+        root."""
+        ancestors = self.ancestors(name)
+        if level < len(ancestors):
+            return ancestors[level]
+        if not ancestors:
+            return "node:" + name if level == 0 else ROOT
+        return ROOT
 
     def ancestors(self, name: str) -> tuple[str, ...]:
-        """Switches from the leaf upwards."""
+        """Tree form: switches from the leaf upwards."""
         out: list[str] = []
         cur = self.parent.get(name)
         while cur is not None and len(out) < 64:

@@ -2,8 +2,9 @@
 
 Nodes whose keys are equal are interchangeable for placement, so every evaluation is
 memoised by key (equivalence classes of nodes). A key is
-``(model, cpu_cap, mem_cap, cpu_free, mem_free, domains)`` where ``domains`` holds, per
-NVLink domain, the free milli of each healthy GPU (sorted descending), domains sorted.
+``(model, cpu_cap, mem_cap, cpu_free, mem_free, domains, fabric)`` where ``domains``
+holds, per NVLink domain, the free milli of each healthy GPU (sorted descending), domains
+sorted, and ``fabric`` is the node's leaf flags (``scheduler.fabric``; 0 outside a fabric).
 
 An *option* says which GPUs a request takes inside a node, in key coordinates:
 ``((domain_pos, value), ...)``: for a fractional shape, one pair = "a GPU of that domain
@@ -18,7 +19,7 @@ from enum import IntEnum
 from scheduler.model import MILLI
 
 Domains = tuple[tuple[int, ...], ...]
-NodeKey = tuple[str, int, int, int, int, Domains]
+NodeKey = tuple[str, int, int, int, int, Domains, int]
 Option = tuple[tuple[int, int], ...]
 
 
@@ -38,6 +39,9 @@ class Shape:
     cpu: int
     mem: int
     nvlink: NvlinkNeed = NvlinkNeed.NONE
+    # Fractional shapes of a known tenant may share only GPUs no other tenant holds a
+    # fraction of (unless the node is shared tenancy); "" = no tenant check.
+    tenant: str = ""
 
     @property
     def fractional(self) -> bool:
@@ -46,14 +50,14 @@ class Shape:
 
 def make_key(
     model: str, cpu_cap: int, mem_cap: int, cpu_free: int, mem_free: int,
-    domains: list[list[int]],
+    domains: list[list[int]], fabric: int = 0,
 ) -> tuple[NodeKey, list[int]]:
     """Canonical key plus, for each canonical domain position, the original domain index."""
     decorated = sorted(
         (tuple(sorted(d, reverse=True)), pos) for pos, d in enumerate(domains) if d
     )
     key: NodeKey = (model, cpu_cap, mem_cap, cpu_free, mem_free,
-                    tuple(d for d, _ in decorated))
+                    tuple(d for d, _ in decorated), fabric)
     return key, [pos for _, pos in decorated]
 
 
@@ -130,7 +134,18 @@ def apply(key: NodeKey, shape: Shape, option: Option) -> NodeKey:
             for _ in range(value):
                 dom[dom.index(MILLI)] = 0
     new_domains = tuple(sorted(tuple(sorted(d, reverse=True)) for d in doms))
-    return (key[0], key[1], key[2], key[3] - shape.cpu, key[4] - shape.mem, new_domains)
+    return (key[0], key[1], key[2], key[3] - shape.cpu, key[4] - shape.mem, new_domains,
+            key[6])
+
+
+def idle_domains(key: NodeKey) -> int:
+    """NVLink domains whose GPUs are all idle."""
+    return sum(1 for d in key[5] if d and all(v == MILLI for v in d))
+
+
+def node_idle(key: NodeKey) -> bool:
+    """True for a GPU node with every GPU idle."""
+    return bool(key[5]) and idle_domains(key) == len(key[5])
 
 
 def domains_spanned(option: Option) -> int:

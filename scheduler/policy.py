@@ -28,6 +28,11 @@ class Policy:
                 if scorer not in SCORERS:
                     raise ValueError(f"policy {self.name}: unknown scorer {scorer}")
 
+    @property
+    def uses_fabric(self) -> bool:
+        """Whether the policy scores leaves (then the working state tracks leaf flags)."""
+        return any(scorer == "fabric" for tier in self.tiers for scorer, _ in tier)
+
     def cost(
         self, ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey,
     ) -> Cost:
@@ -69,10 +74,16 @@ POLICIES: dict[str, Policy] = {
                         (("gpu_left", 1.0),), (("bestfit", 1.0),)),
                "FGD levels; among the tied, the least growth of CPU-stranded GPU "
                "capacity; then the GPU with the least room left; then best fit."),
+        Policy("fgd+fabric", (LOCALITY, (("fabric", 1.0),), (("fgd_levels", 1.0),),
+                              (("cpu_strand", 1.0),), (("gpu_left", 1.0),),
+                              (("bestfit", 1.0),)),
+               "fgd+ behind a fabric tier: partly used nodes and leaves first, whole "
+               "free leaves and the last leaves able to host a typical gang last "
+               "(identical to fgd+ on a cluster without topology)."),
     )
 }
 
-DEFAULT_POLICY = "fgd+"
+DEFAULT_POLICY = "fgd+fabric"
 
 
 def get_policy(name: str | None = None) -> Policy:

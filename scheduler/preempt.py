@@ -94,10 +94,11 @@ def _search_node(state: ClusterState, i: int, shape: Shape, leases: Sequence[Lea
     name = state.names[i]
     parts = [next(p for p in leases[k].parts if p.node == name) for k in order]
     # Bound: if releasing every candidate does not make room, no prefix does.
-    if state.evaluate(state.key_released(i, parts), shape) is None:
+    if state.evaluate(state.key_released(i, parts, shape.tenant), shape) is None:
         return None
     for count in range(1, len(parts) + 1):
-        ev = state.evaluate(state.key_released(i, parts[:count]), shape)
+        ev = state.evaluate(state.key_released(i, parts[:count], shape.tenant),
+                            shape)
         if ev is not None:
             picked = tuple(order[:count])
             return picked, sum(leases[k].milli for k in picked), ev
@@ -217,7 +218,7 @@ def _gang(state: ClusterState, request: Request, shape: Shape, topology: Topolog
         return None
     pool.sort(key=lambda c: c.node)
     picked = select_gang(pool, request.nodes, state.names, topology, request.locality,
-                         state.ancestors(topology))
+                         state.node_groups(topology))
     if picked is None:
         return None
     choices, hops = picked
@@ -231,14 +232,14 @@ def _finish(state: ClusterState, shape: Shape, choices: Sequence[Choice], hops: 
     unique = {v.id: v for v in victims}
     for lease in unique.values():
         for part in lease.parts:
-            state.release(part)
+            state.release(part, lease.tenant)
     fresh = []
     for c in choices:
         ev = state.eval_node(c.node, shape)
         if ev is None:  # cannot happen: capacity only grew
             for lease in unique.values():
                 for part in lease.parts:
-                    state.consume(part)
+                    state.consume(part, tenant=lease.tenant)
             return None
         fresh.append(Choice(c.node, ev[0], ev[1]))
     found = Found(tuple(sorted(fresh, key=lambda c: c.node)), hops)

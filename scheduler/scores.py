@@ -11,9 +11,19 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from scheduler.fabric import FabricModel, break_cost
 from scheduler.frag import FragModel, cpu_stranded
 from scheduler.model import MILLI
-from scheduler.nodestate import NodeKey, Option, Shape, domains_spanned, idle_gpus, total_free
+from scheduler.nodestate import (
+    NodeKey,
+    Option,
+    Shape,
+    domains_spanned,
+    idle_domains,
+    idle_gpus,
+    node_idle,
+    total_free,
+)
 
 
 @dataclass(frozen=True)
@@ -24,6 +34,8 @@ class ScoreContext:
     # Share of the task mix that can run on each model (rarely usable models are kept
     # for the tasks that need them).
     model_demand: Mapping[str, float] = field(default_factory=dict)
+    # Leaves of the snapshot's topology (None: a flat cluster, the fabric scorer is 0).
+    fabric: FabricModel | None = None
 
 
 Scorer = Callable[[ScoreContext, NodeKey, Shape, Option, NodeKey], float]
@@ -80,6 +92,17 @@ def gpu_left(ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: No
     return float(opt[0][1] - shape.milli)
 
 
+def fabric(ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey) -> float:
+    """Keep whole leaves and whole NVLink domains for the gangs that need them.
+
+    0 for a placement on a partly used node; breaking an idle node costs 1, more when
+    its leaf is wholly free (+2), when the leaf would drop below the typical gang's size
+    (+4), and when it is one of the last leaves able to host that gang (+8); each idle
+    NVLink domain broken adds 0.25. Nodes outside any leaf cost 0 (flat clusters)."""
+    broken = node_idle(key) and not node_idle(new)
+    return break_cost(key[6], broken, idle_domains(key) - idle_domains(new))
+
+
 def model_scarcity(
     ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey,
 ) -> float:
@@ -96,4 +119,5 @@ SCORERS: dict[str, Scorer] = {
     "locality": locality,
     "gpu_left": gpu_left,
     "model_scarcity": model_scarcity,
+    "fabric": fabric,
 }

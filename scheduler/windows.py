@@ -26,7 +26,7 @@ def window_state(nodes: Sequence[Node], policy: Policy, ctx: ScoreContext,
     for lease in leases:
         if lease.overlaps(start, end):
             for part in lease.parts:
-                state.consume(part)
+                state.consume(part, tenant=lease.tenant)
     return state
 
 
@@ -52,10 +52,10 @@ def earliest_start(
         want = {i for i, lease in enumerate(leases) if lease.overlaps(t, window_end)}
         for i in sorted(applied - want):
             for part in leases[i].parts:
-                state.release(part)
+                state.release(part, leases[i].tenant)
         for i in sorted(want - applied):
             for part in leases[i].parts:
-                state.consume(part)
+                state.consume(part, tenant=leases[i].tenant)
         applied = want
         if find(state, request, shape, topology) is not None:
             return t

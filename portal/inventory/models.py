@@ -77,6 +77,10 @@ class Node(models.Model):
     cpu_milli = models.PositiveIntegerField(default=0)
     memory_mib = models.PositiveBigIntegerField(default=0)
     gpu_model = models.CharField(max_length=32, blank=True, db_index=True)
+    shared_tenancy = models.BooleanField(
+        default=False,
+        help_text="Fractions of one GPU may go to different tenants (default: a GPU is "
+                  "shared only among leases of one tenant)")
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     agent_version = models.CharField(max_length=32, blank=True)
     created = models.DateTimeField(auto_now_add=True)

@@ -17,7 +17,7 @@ import scheduler as core
 from portal.core import clock
 from portal.fleet.selectors import unreachable_node_ids
 from portal.fleet.services.health import DEFAULT_UNREACHABLE_AFTER_S
-from portal.inventory.models import Gpu, Node, Switch, SwitchLink
+from portal.inventory.models import Gpu, HcaPort, Node, SwitchLink
 from portal.leasing import states
 from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, Quota
 
@@ -57,9 +57,10 @@ def _nodes() -> tuple[core.Node, ...]:
     return tuple(
         core.Node(name=hostname, cpu_milli=cpu, memory_mib=mem, gpus=tuple(gpus[pk]),
                   state=core.NodeState.CORDONED if pk in silent and state == Node.State.READY
-                  else NODE_STATE[state])
-        for pk, hostname, cpu, mem, state in Node.objects.order_by("hostname").values_list(
-            "pk", "hostname", "cpu_milli", "memory_mib", "state"))
+                  else NODE_STATE[state], shared_tenancy=shared)
+        for pk, hostname, cpu, mem, state, shared in Node.objects.order_by(
+            "hostname").values_list(
+            "pk", "hostname", "cpu_milli", "memory_mib", "state", "shared_tenancy"))
 
 
 def _unreachable() -> set[int]:
@@ -77,18 +78,20 @@ def _unreachable() -> set[int]:
 
 
 def _topology() -> core.Topology:
-    """node → its leaf; leaf → its lowest-GUID upper switch; and so on up the tree."""
-    parent: dict[str, str] = {}
-    for hostname, leaf_guid in Node.objects.filter(leaf__isnull=False).values_list(
-            "hostname", "leaf__guid"):
-        parent[hostname] = f"sw:{leaf_guid}"
-    roles = dict(Switch.objects.values_list("guid", "role"))
-    rank = {Switch.Role.LEAF: 1, Switch.Role.SPINE: 2, Switch.Role.CORE: 3}
-    for a, b in sorted(SwitchLink.objects.values_list("a__guid", "b__guid")):
-        lower, upper = (a, b) if rank[roles[a]] < rank[roles[b]] else (b, a)
-        if rank[roles[lower]] < rank[roles[upper]]:
-            parent.setdefault(f"sw:{lower}", f"sw:{upper}")
-    return core.Topology(parent=parent)
+    """The switch graph: every switch-to-switch cable (all uplinks, any depth) and, per
+    node, the leaves its HCA ports are cabled to (one per rail); a node without recorded
+    HCA ports falls back to its ``leaf``."""
+    parent = {hostname: f"sw:{leaf_guid}" for hostname, leaf_guid in Node.objects.filter(
+        leaf__isnull=False).values_list("hostname", "leaf__guid")}
+    links = tuple(sorted((f"sw:{a}", f"sw:{b}") for a, b in SwitchLink.objects.values_list(
+        "a__guid", "b__guid")))
+    attach: dict[str, set[str]] = defaultdict(set)
+    for hostname, switch_guid in HcaPort.objects.filter(
+            node__isnull=False, switch__isnull=False).values_list(
+            "node__hostname", "switch__guid"):
+        attach[hostname].add(f"sw:{switch_guid}")
+    return core.Topology(parent=parent, links=links,
+                         attach={h: tuple(sorted(s)) for h, s in sorted(attach.items())})
 
 
 def _leases(exclude: Iterable[str] = ()) -> tuple[core.Lease, ...]:
@@ -146,6 +149,16 @@ def _usage(now: datetime) -> tuple[core.UsageRecord, ...]:
     return tuple(records)
 
 
+def hardware() -> core.Snapshot:
+    """Nodes and topology only (no leases): what ``never_fits`` compares an order with."""
+    return core.Snapshot(nodes=_nodes(), topology=_topology())
+
+
+def never_fits(lease: Lease, now: datetime) -> core.NeverFits | None:
+    """Why no future state of the pool can hold ``lease`` (an unsaved order), or None."""
+    return core.never_fits(to_request(lease, now), hardware())
+
+
 def snapshot(*, exclude_leases: Iterable[str] = ()) -> core.Snapshot:
     """Everything the core needs, read in the caller's transaction."""
     now = clock.now()
@@ -184,4 +197,6 @@ def extension(lease: Lease, new_end: datetime) -> core.ExtensionResult:
 
 Reason = core.Reason
 Placement = core.Placement
+Limit = core.Limit
+NeverFits = core.NeverFits
 Unplaceable = core.Unplaceable

@@ -14,6 +14,7 @@ from portal.billing.pricing import estimate, unit_price
 from portal.core import clock
 from portal.core.errors import ApplicationError
 from portal.leasing import allocation
+from portal.leasing.feasibility import check_order_fits
 from portal.leasing.models import Lease
 from portal.leasing.services import (
     BudgetExceeded,
@@ -99,6 +100,7 @@ def order_quote(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec) -> QuoteResu
     _check_shape(spec)
     models = _models_available(spec)
     window = _window(spec, now)
+    check_order_fits(tenant=tenant, spec=spec, window=window, models=models, now=now)
     with transaction.atomic():
         result = _probe(tenant, spec, window, models, now)
         fits_quota, fits_budget, messages = _fits(actor, tenant, spec, window, models)

@@ -20,6 +20,7 @@ from portal.core.services import audit_record
 from portal.inventory.catalog import CATALOG
 from portal.inventory.models import Gpu
 from portal.leasing import access_push, limits, states
+from portal.leasing.feasibility import check_order_fits
 from portal.leasing.limits import MAX_GPUS_PER_NODE, MAX_NODES
 from portal.leasing.models import LOCK, MILLI_PER_SLOT, Lease, Locality, Priority, Quota
 from portal.leasing.models import LeaseState as S
@@ -253,6 +254,7 @@ def validate_order(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
     _check_shape(spec)
     models = _models_available(spec)
     window = _window(spec, now)
+    check_order_fits(tenant=tenant, spec=spec, window=window, models=models, now=now)
     check_limits(tenant, spec, window, models)
     check_member_limit(actor, tenant, spec)
     return window, models

@@ -7,6 +7,7 @@ from scheduler import (
     Lease,
     Node,
     NodeAllocation,
+    Placement,
     PriorityClass,
     Request,
     Snapshot,
@@ -52,3 +53,18 @@ def lease(lid: str, node_name: str, gpus: list[int], milli: int = 1000,
 
 def snap(nodes: tuple[Node, ...], topology: Topology | None = None, **kw: object) -> Snapshot:
     return Snapshot(nodes, topology or Topology(), **kw)  # type: ignore[arg-type]
+
+
+def as_lease(d: Placement, tenant: str = "t1",
+             priority: PriorityClass = PriorityClass.ON_DEMAND) -> Lease:
+    """The lease a placement becomes once the portal writes it back."""
+    return Lease(d.request_id, tenant, priority, d.parts, d.start, d.end, d.borrowed, d.model)
+
+
+def busy_leaves(leaves: int = 7, per_leaf: int = 8, free_leaf: int = 0,
+                busy_gpus: int = 8) -> tuple[Snapshot, Topology]:
+    """Finding 11.1's cluster: one leaf wholly free, one busy node on every other leaf."""
+    nodes, topo = hgx_cluster(leaves=leaves, per_leaf=per_leaf)
+    held = tuple(lease(f"busy{leaf}", f"n{leaf:02d}00", list(range(busy_gpus)))
+                 for leaf in range(leaves) if leaf != free_leaf)
+    return snap(nodes, topo, leases=held), topo

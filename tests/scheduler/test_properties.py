@@ -28,7 +28,8 @@ class Scheduling(RuleBasedStateMachine):
     @initialize()
     def setup(self):
         self.nodes = [node("a", "H100", 4, 2, cpu=32_000, mem=100_000),
-                      node("b", "A100", 4, 1, cpu=32_000, mem=100_000),
+                      node("b", "A100", 4, 1, cpu=32_000, mem=100_000,
+                           shared_tenancy=True),
                       node("c", "H100", 2, 1, cpu=16_000, mem=50_000)]
         self.leases: list[Lease] = []
         self.requests: dict[str, Request] = {}
@@ -135,6 +136,18 @@ class Scheduling(RuleBasedStateMachine):
         if room:
             assert isinstance(d, Placement), d
             assert d.model == "H100" and not d.borrowed, d
+
+    @invariant()
+    def fractions_shared_within_one_tenant(self):
+        """Leases overlapping in time hold fractions of one GPU only if they belong to
+        one tenant, unless the node is shared tenancy."""
+        shared = {n.name for n in self.nodes if n.shared_tenancy}
+        fractions = [(p.node, g, le) for le in self.leases for p in le.parts
+                     for g, m in p.gpus if m < 1000 and p.node not in shared]
+        for k, (node_a, gpu_a, a) in enumerate(fractions):
+            for node_b, gpu_b, b in fractions[k + 1:]:
+                if (node_a, gpu_a) == (node_b, gpu_b) and a.overlaps(b.start, b.end):
+                    assert a.tenant == b.tenant, (node_a, gpu_a, a, b)
 
     @invariant()
     def never_overcommitted(self):

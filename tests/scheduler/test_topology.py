@@ -83,3 +83,23 @@ def test_fractional_request_prefers_a_partly_used_node():
     s = snap(nodes, leases=(lease("l", "used", [0], milli=1000, model="T4"),))
     d = place(s, req("f", gpu_milli=300))
     assert d.nodes == ("used",)
+
+
+def test_topology_blocked_gang_gets_earliest_start():
+    # One busy node on each leaf: 6 free nodes, but no leaf holds the 4-node gang until
+    # leaf1's lease ends at 100 (leaf0's ends at 200).
+    nodes, topo = hgx_cluster(leaves=2, per_leaf=4)
+    busy = (lease("l0", "n0000", [0], end=200), lease("l1", "n0100", [0], end=100))
+    loc = Locality(LocalityLevel.LEAF, required=True)
+    g = req("g", gpus=8, nodes=4, locality=loc, end=50)
+    d = schedule_pass(snap(nodes, topo, leases=busy), [g], now=0).decisions[0]
+    assert d.reason.value == "topology"
+    assert d.earliest_start == 100
+
+
+def test_never_placeable_topology_gang_has_no_earliest_start():
+    nodes, topo = hgx_cluster(leaves=2, per_leaf=2)
+    loc = Locality(LocalityLevel.LEAF, required=True)
+    d = schedule_pass(snap(nodes, topo), [req("g", gpus=8, nodes=3, locality=loc)],
+                      now=0).decisions[0]
+    assert d.reason.value == "topology" and d.earliest_start is None

@@ -1,0 +1,182 @@
+"""Fabric context for placement: which leaf each node sits in, and how whole the leaves are.
+
+FGD-family scorers see the GPUs inside one node; they cannot tell a fresh node in a
+wholly free leaf from a fresh node in a busy one, so small orders used to break the free
+leaves that gangs need. The *leaf flags* below are folded into each node's state key
+(``NodeKey[6]``), so the ``fabric`` scorer stays a pure function of the key and every
+evaluation is still memoised per key.
+
+Flags of a node's leaf (a bit set):
+
+- ``IN_FABRIC``: the node belongs to a known leaf (nodes outside any topology score 0, so
+  a flat cluster — the openb replay — is placed exactly as before);
+- ``WHOLE``: every GPU node of the leaf is idle (a whole free leaf);
+- ``EDGE``: the leaf has exactly the typical gang's node count idle — breaking one more
+  node leaves it unable to host that gang;
+- ``LAST``: the leaf is one of the last ``reserve`` leaves able to host the typical gang;
+- ``DRAIN``: a queued gang that needs one leaf has no leaf with enough idle nodes; the
+  leaf where enough nodes are free soonest by the calendar (:func:`drain_leaf`) is
+  drained for it: any new work placed on it costs more than anywhere else, so it empties
+  as its leases end (the choice is stable from pass to pass: what runs there only ends);
+- bits 5 and up: the leaf's idle nodes as sixteenths of its size (``IDLE_SHIFT``), so
+  that among leaves otherwise alike, an idle node is broken in the leaf with the fewest
+  idle nodes (best fit at the leaf level: free nodes gather in the emptiest leaves).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+IN_FABRIC = 1
+WHOLE = 2
+EDGE = 4
+LAST = 8
+DRAIN = 16
+IDLE_SHIFT = 5
+IDLE_STEPS = 16
+
+
+@dataclass(frozen=True)
+class FabricModel:
+    """Read-only fabric facts of one snapshot."""
+
+    leaf_of: Mapping[str, str]  # node name -> leaf (or rail group) it is local under
+    gang_nodes: int | None = None  # typical gang size in nodes (None: no gangs seen)
+    reserve: int = 1  # how many gang-capable leaves count as "the last ones"
+    drain_for: int | None = None  # nodes of the largest queued gang that needs one leaf
+    drain_leaf: str | None = None  # the leaf to drain for it (see drain_leaf)
+
+
+def drain_leaf(leaf_of: Mapping[str, str], free_at: Mapping[str, float],
+               need: int | None) -> str | None:
+    """The leaf where ``need`` nodes are free soonest: per leaf, the ``need``-th earliest
+    time its nodes are free of every lease (``free_at``; absent = free now); ties to the
+    lowest leaf name. None when no gang waits or no leaf has ``need`` nodes."""
+    if need is None:
+        return None
+    times: dict[str, list[float]] = {}
+    for node, leaf in leaf_of.items():
+        times.setdefault(leaf, []).append(free_at.get(node, 0.0))
+    ready = [(sorted(ts)[need - 1], leaf) for leaf, ts in times.items() if len(ts) >= need]
+    return min(ready)[1] if ready else None
+
+
+def typical_gang(sizes: Iterable[int]) -> int | None:
+    """Median node count of the multi-node gangs seen (queue and leases), if any."""
+    gangs = sorted(s for s in sizes if s > 1)
+    if not gangs:
+        return None
+    return int(statistics.median_low(gangs))
+
+
+class LeafTracker:
+    """Mutable per-leaf idle counts for one working state; yields each node's flags."""
+
+    def __init__(self, model: FabricModel, names: Sequence[str]) -> None:
+        self.gang = model.gang_nodes
+        self.reserve = max(1, model.reserve)
+        self.drain_for = model.drain_for
+        leaf_ids: dict[str, int] = {}
+        self.leaf: list[int] = []
+        for name in names:
+            leaf = model.leaf_of.get(name)
+            self.leaf.append(-1 if leaf is None else leaf_ids.setdefault(leaf, len(leaf_ids)))
+        self.leaf_ids = leaf_ids
+        self.target = leaf_ids.get(model.drain_leaf or "")  # the leaf to drain
+        self.members: list[list[int]] = [[] for _ in leaf_ids]
+        for i, lid in enumerate(self.leaf):
+            if lid >= 0:
+                self.members[lid].append(i)
+        self.node_idle = [False] * len(names)
+        self.counted = [False] * len(names)  # GPU node, ready: part of the leaf's size
+        self.idle = [0] * len(leaf_ids)
+        self.size = [0] * len(leaf_ids)
+        self.flags = [0] * len(leaf_ids)
+
+    def set_node(self, i: int, counted: bool, idle: bool) -> None:
+        """Record node ``i``'s state without recomputing flags (initial load)."""
+        lid = self.leaf[i]
+        if lid < 0:
+            return
+        self.size[lid] += int(counted) - int(self.counted[i])
+        self.idle[lid] += int(counted and idle) - int(self.counted[i] and self.node_idle[i])
+        self.counted[i], self.node_idle[i] = counted, idle
+
+    def flag(self, i: int) -> int:
+        lid = self.leaf[i]
+        return 0 if lid < 0 else self.flags[lid]
+
+    def capable(self, lid: int) -> bool:
+        return self.gang is not None and self.idle[lid] >= self.gang
+
+    def drained(self) -> int | None:
+        """The leaf drained for the queued gang (None: no gang waits, or a leaf holds it).
+        Without a named leaf, the one with the most idle nodes is chosen and kept."""
+        need = self.drain_for
+        if need is None:
+            return None
+        big = [lid for lid in range(len(self.flags)) if self.size[lid] >= need]
+        if not big or any(self.idle[lid] >= need for lid in big):
+            return None
+        if self.target is None or self.target not in big:
+            self.target = max(big, key=lambda lid: (self.idle[lid], -lid))
+        return self.target
+
+    def set_drain(self, nodes: int | None, leaf: str | None) -> list[int]:
+        """A gang of ``nodes`` waits for ``leaf``; return the leaves whose flags changed."""
+        self.drain_for = nodes
+        named = self.leaf_ids.get(leaf or "")
+        if named is not None or nodes is None:
+            self.target = named
+        return self.recompute()
+
+    def recompute(self) -> list[int]:
+        """Recompute every leaf's flags; return the leaves whose flags changed."""
+        capable = sum(1 for lid in range(len(self.flags)) if self.capable(lid))
+        drained = self.drained()
+        changed: list[int] = []
+        for lid, old in enumerate(self.flags):
+            new = IN_FABRIC | (DRAIN if lid == drained else 0)
+            if self.size[lid] and self.idle[lid] == self.size[lid]:
+                new |= WHOLE
+            if self.gang is not None and self.idle[lid] == self.gang:
+                new |= EDGE
+            if self.capable(lid) and capable <= self.reserve:
+                new |= LAST
+            if self.size[lid]:
+                new |= (IDLE_STEPS * self.idle[lid] // self.size[lid]) << IDLE_SHIFT
+            if new != old:
+                self.flags[lid] = new
+                changed.append(lid)
+        return changed
+
+    def update(self, i: int, counted: bool, idle: bool) -> list[int]:
+        """Node ``i`` changed; return the leaves whose flags changed (their nodes need
+        new keys)."""
+        lid = self.leaf[i]
+        if lid < 0 or (counted == self.counted[i] and idle == self.node_idle[i]):
+            return []
+        self.set_node(i, counted, idle)
+        return self.recompute()
+
+
+def break_cost(flags: int, node_broken: bool, domains_broken: int) -> float:
+    """Cost of a placement by the leaf flags of its node (see the module docstring)."""
+    if not flags & IN_FABRIC:
+        return 0.0
+    cost = 0.25 * domains_broken
+    if flags & DRAIN:
+        cost += 32.0
+    idle_share = (flags >> IDLE_SHIFT) / (IDLE_STEPS + 1)
+    if not node_broken:
+        return cost + 0.5 * idle_share
+    cost += 1.0 + idle_share
+    if flags & WHOLE:
+        cost += 2.0
+    if flags & EDGE:
+        cost += 4.0
+        if flags & LAST:
+            cost += 8.0
+    return cost

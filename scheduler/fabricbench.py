@@ -1,0 +1,322 @@
+"""``python -m scheduler.bench fabric``: gang wait and leaf fragmentation per policy.
+
+Generated fabrics (``scheduler.fabrics``): a 2-tier fat tree (32 leaves × 16 nodes × 8
+GPUs), a 3-tier fat tree (4 pods × 8 leaves × 16 nodes) and a rail-optimised one (16
+SuperPOD-style units × 32 nodes, 8 rails), 4,096 GPUs each. A seeded timeline workload
+(:func:`workload`, written as CSV with ``--csv`` so others can replay it with
+``--workload``) mixes, by count:
+
+- 30% fractional (250 or 500 milli-GPU), 1 h mean duration;
+- 55% single-node 1/2/4/8 GPUs (weights 4/2/2/2), 2 h mean;
+- 15% gangs of 8-GPU nodes, 2/4/8/16 nodes (weights 4/3/2/1), 4 h mean; 70% of them
+  require one leaf (one rail group on the rail-optimised fabric), 30% prefer it;
+
+arrivals are Poisson at a rate that offers ``--load`` × capacity, durations exponential;
+each job runs for its duration from the moment it is placed. Waiting jobs are retried in
+arrival order (first ``RETRY_WINDOW``) on every arrival and departure; smaller jobs may
+pass a waiting gang (no reservations), which is what fragments leaves.
+
+Printed per fabric, policies side by side: time-weighted GPU allocation and leaf
+fragmentation (share of free GPUs that sit in leaves unable to host the median gang),
+both from the arrival of the first fifth of the jobs (warm-up) to the last arrival; gang
+wait p50/p95 (s); share of gangs placed under one leaf; jobs never placed; jobs refused
+at the door because they can never fit the fabric (``never_fits``).
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from scheduler.attempt import commit, find, shape_of
+from scheduler.cluster import ClusterState
+from scheduler.context import score_context
+from scheduler.fabric import FabricModel, LeafTracker, drain_leaf, typical_gang
+from scheduler.fabrics import fat_tree_2tier, fat_tree_3tier, superpod
+from scheduler.feasibility import never_fits
+from scheduler.model import (
+    MILLI,
+    Locality,
+    LocalityLevel,
+    Node,
+    NodeAllocation,
+    Request,
+    Snapshot,
+    Topology,
+)
+from scheduler.policy import get_policy
+from scheduler.replay.snapshot import percentile
+from scheduler.scores import ScoreContext
+
+RETRY_WINDOW = 128
+FIELDS = ("id", "arrival_s", "duration_s", "kind", "gpus", "gpu_milli", "nodes",
+          "leaf_required", "tenant")
+
+
+@dataclass(frozen=True)
+class Job:
+    id: str
+    arrival: int
+    duration: int
+    kind: str  # fractional | single | gang
+    gpus: int
+    gpu_milli: int
+    nodes: int
+    leaf_required: bool
+    tenant: str
+
+    @property
+    def milli(self) -> int:
+        return self.gpus * self.gpu_milli * self.nodes
+
+    def request(self) -> Request:
+        loc = Locality(LocalityLevel.LEAF, self.leaf_required) if self.nodes > 1 else None
+        return Request(self.id, self.tenant, gpus=self.gpus, gpu_milli=self.gpu_milli,
+                       nodes=self.nodes, locality=loc, start=0, end=max(1, self.duration))
+
+
+def fabrics() -> dict[str, tuple[tuple[Node, ...], Topology]]:
+    return {
+        "2-tier": fat_tree_2tier(leaves=32, per_leaf=16, spines=8),
+        "3-tier": fat_tree_3tier(pods=4, leaves_per_pod=8, per_leaf=16, aggs_per_pod=4),
+        "rail": superpod(units=16, nodes_per_unit=32, rails=8),
+    }
+
+
+def _draw(rng: random.Random, i: int, t: int) -> Job:
+    roll = rng.random()
+    tenant = f"t{rng.randrange(4)}"
+    if roll < 0.30:
+        return Job(f"j{i}", t, _exp(rng, 3600), "fractional", 1, rng.choice((250, 500)), 1,
+                   False, tenant)
+    if roll < 0.85:
+        gpus = rng.choices((1, 2, 4, 8), (4, 2, 2, 2))[0]
+        return Job(f"j{i}", t, _exp(rng, 7200), "single", gpus, MILLI, 1, False, tenant)
+    nodes = rng.choices((2, 4, 8, 16), (4, 3, 2, 1))[0]
+    return Job(f"j{i}", t, _exp(rng, 14_400), "gang", 8, MILLI, nodes, rng.random() < 0.7,
+               tenant)
+
+
+def _exp(rng: random.Random, mean: float) -> int:
+    return max(60, int(rng.expovariate(1 / mean)))
+
+
+def workload(seed: int, jobs: int, capacity_gpus: int, load: float) -> list[Job]:
+    """Seeded jobs whose offered GPU-seconds per second are ``load`` × capacity."""
+    rng = random.Random(seed)
+    drafts = [_draw(rng, i, 0) for i in range(jobs)]
+    mean_work = sum(j.milli / MILLI * j.duration for j in drafts) / jobs
+    rate = load * capacity_gpus / mean_work  # arrivals per second
+    t = 0.0
+    out = []
+    for job in drafts:
+        t += rng.expovariate(rate)
+        out.append(Job(job.id, int(t), job.duration, job.kind, job.gpus, job.gpu_milli,
+                       job.nodes, job.leaf_required, job.tenant))
+    return out
+
+
+def write_csv(path: str | Path, jobs: Sequence[Job]) -> None:
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(FIELDS)
+        for j in jobs:
+            w.writerow((j.id, j.arrival, j.duration, j.kind, j.gpus, j.gpu_milli, j.nodes,
+                        int(j.leaf_required), j.tenant))
+
+
+def read_csv(path: str | Path) -> list[Job]:
+    with open(path, newline="") as fh:
+        return [Job(r["id"], int(r["arrival_s"]), int(r["duration_s"]), r["kind"],
+                    int(r["gpus"]), int(r["gpu_milli"]), int(r["nodes"]),
+                    r["leaf_required"] == "1", r["tenant"]) for r in csv.DictReader(fh)]
+
+
+def context(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job]) -> ScoreContext:
+    """The scoring context a pass would build: task mix from the workload, the fabric's
+    leaves and the workload's median gang."""
+    reqs = [j.request() for j in jobs[:2000]]
+    ctx = score_context(Snapshot(tuple(nodes), topology), reqs)
+    leaf_of = {n.name: leaf for n in nodes if (leaf := topology.leaf_of(n.name))}
+    fabric = FabricModel(leaf_of, typical_gang(j.nodes for j in jobs), 1)
+    return ScoreContext(ctx.frag, ctx.max_cpu, ctx.max_gpus, ctx.model_demand, fabric)
+
+
+class _Sim:
+    """One fabric, one policy: a persistent working state driven by arrivals/departures."""
+
+    def __init__(self, nodes: Sequence[Node], topology: Topology, policy: str,
+                 ctx: ScoreContext, gang_nodes: int) -> None:
+        self.state = ClusterState(nodes, get_policy(policy), ctx)
+        self.topology, self.gang_nodes = topology, gang_nodes
+        self.capacity = sum(len(n.gpus) for n in nodes) * MILLI
+        self.allocated = 0
+        self.waiting: list[Job] = []
+        self.running: dict[str, tuple[tuple[NodeAllocation, ...], Job]] = {}
+        self.gang_waits: list[float] = []
+        self.gangs_local = 0
+        self.area = self.frag_area = 0.0
+        self.last_t = 0
+        self.window = (0, 0)  # measured: from the warm-up arrival to the last arrival
+        self.leaf_of = dict(ctx.fabric.leaf_of) if ctx.fabric else {}
+        # Leaf membership for the fragmentation metric (the same for every policy).
+        self.tracker = LeafTracker(ctx.fabric, self.state.names) if ctx.fabric else None
+        self.free_at: dict[str, float] = {}  # node -> end of the last job placed there
+
+    def advance(self, t: int) -> None:
+        lo, hi = self.window
+        dt = min(t, hi) - max(self.last_t, lo)
+        if dt > 0:
+            self.area += self.allocated / self.capacity * dt
+            self.frag_area += self.leaf_fragmentation() * dt
+        self.last_t = t
+
+    def leaf_fragmentation(self) -> float:
+        """Share of free GPU milli in leaves with fewer idle nodes than the median gang."""
+        leaves = self.tracker
+        if leaves is None:
+            return 0.0
+        free_total = stranded = 0
+        for members in leaves.members:
+            free = sum(sum(self.state.gpu_free[i].values()) for i in members)
+            idle = sum(1 for i in members if self.state.ready[i] and all(
+                v == MILLI for v in self.state.gpu_free[i].values()))
+            free_total += free
+            if idle < self.gang_nodes:
+                stranded += free
+        return stranded / free_total if free_total else 0.0
+
+    def try_place(self, job: Job, t: int) -> bool:
+        req = job.request()
+        shape = shape_of(req)
+        found = find(self.state, req, shape, self.topology)
+        if found is None:
+            return False
+        parts = commit(self.state, shape, found)
+        self.running[job.id] = (parts, job)
+        for part in parts:
+            self.free_at[part.node] = max(self.free_at.get(part.node, 0.0),
+                                          float(t + job.duration))
+        self.allocated += job.milli
+        if job.kind == "gang":
+            self.gang_waits.append(float(t - job.arrival))
+            self.gangs_local += found.hops == 0
+        return True
+
+    def depart(self, job_id: str) -> None:
+        parts, job = self.running.pop(job_id)
+        for part in parts:
+            self.state.release(part, job.tenant if job.gpu_milli < MILLI else "")
+        self.allocated -= job.milli
+
+    def drain(self, t: int) -> None:
+        """What a pass would drain now: the leaf where the largest waiting leaf-required
+        gang fits soonest by the running jobs' ends."""
+        need = max((j.nodes for j in self.waiting if j.leaf_required), default=None)
+        leaves = self.state.leaves
+        if leaves is None:
+            return
+        leaf = None
+        if need is not None and not any(n >= need for n in leaves.idle):
+            leaf = drain_leaf(self.leaf_of, self.free_at, need)
+        self.state.set_drain(need, leaf)
+
+    def retry(self, t: int) -> list[Job]:
+        placed, keep = [], []
+        for k, job in enumerate(self.waiting):
+            if k < RETRY_WINDOW and self.try_place(job, t):
+                placed.append(job)
+            else:
+                keep.append(job)
+        self.waiting = keep
+        return placed
+
+
+def simulate(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job], policy: str,
+             ctx: ScoreContext) -> dict[str, Any]:
+    hardware = Snapshot(tuple(nodes), topology)
+    refused = [j for j in jobs if never_fits(j.request(), hardware) is not None]
+    jobs = [j for j in jobs if never_fits(j.request(), hardware) is None]
+    gang = typical_gang(j.nodes for j in jobs) or 1
+    sim = _Sim(nodes, topology, policy, ctx, gang)
+    sim.window = (jobs[len(jobs) // 5].arrival, jobs[-1].arrival)
+    events: list[tuple[int, int, str]] = [(j.arrival, 1, j.id) for j in jobs]
+    heapq.heapify(events)
+    by_id = {j.id: j for j in jobs}
+    while events:
+        t, kind, job_id = heapq.heappop(events)
+        sim.advance(t)
+        if kind == 0:
+            sim.depart(job_id)
+        else:
+            sim.waiting.append(by_id[job_id])
+        sim.drain(t)
+        for job in sim.retry(t):
+            heapq.heappush(events, (t + job.duration, 0, job.id))
+    gangs = sum(1 for j in jobs if j.kind == "gang")
+    span = max(sim.window[1] - sim.window[0], 1)
+    return {
+        "policy": policy,
+        "alloc_pct": round(100 * sim.area / span, 2),
+        "gang_wait_p50_s": percentile(sim.gang_waits, 50),
+        "gang_wait_p95_s": percentile(sim.gang_waits, 95),
+        "gangs_one_leaf_pct": round(100 * sim.gangs_local / max(len(sim.gang_waits), 1), 1),
+        "leaf_frag_pct": round(100 * sim.frag_area / span, 2),
+        "gangs": gangs,
+        "never_placed": len(sim.waiting),
+        "refused": len(refused),  # can never fit this fabric (scheduler.never_fits)
+    }
+
+
+def run(policies: Sequence[str], jobs_n: int, seed: int, load: float,
+        workload_csv: str | None, csv_out: str | None,
+        only: Sequence[str] | None = None) -> list[tuple[str, list[dict[str, Any]]]]:
+    out = []
+    for name, (nodes, topo) in fabrics().items():
+        if only and name not in only:
+            continue
+        gpus = sum(len(n.gpus) for n in nodes)
+        jobs = read_csv(workload_csv) if workload_csv else workload(seed, jobs_n, gpus, load)
+        if csv_out:
+            write_csv(csv_out, jobs)
+        ctx = context(nodes, topo, jobs)
+        out.append((name, [simulate(nodes, topo, jobs, p, ctx) for p in policies]))
+    return out
+
+
+COLUMNS = ("alloc_pct", "gang_wait_p50_s", "gang_wait_p95_s", "gangs_one_leaf_pct",
+           "leaf_frag_pct", "never_placed", "refused")
+
+
+def render(results: Sequence[tuple[str, list[dict[str, Any]]]]) -> str:
+    lines = []
+    for fabric, rows in results:
+        lines.append(f"== {fabric} ({rows[0]['gangs']} gangs)")
+        lines.append(f"{'metric':<20}" + "".join(f"{r['policy']:>14}" for r in rows))
+        for col in COLUMNS:
+            lines.append(f"{col:<20}" + "".join(f"{r[col]:>14}" for r in rows))
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str]) -> int:
+    import argparse
+
+    from scheduler.policy import DEFAULT_POLICY
+
+    parser = argparse.ArgumentParser(prog="python -m scheduler.bench fabric")
+    parser.add_argument("--policies", nargs="+", default=["fgd+", DEFAULT_POLICY])
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--load", type=float, default=0.9)
+    parser.add_argument("--fabrics", nargs="+", choices=sorted(fabrics()), default=None)
+    parser.add_argument("--workload", help="replay this CSV instead of generating one")
+    parser.add_argument("--csv", help="write the (last fabric's) generated workload here")
+    args = parser.parse_args(argv)
+    print(render(run(args.policies, args.jobs, args.seed, args.load, args.workload,
+                     args.csv, args.fabrics)), flush=True)
+    return 0
