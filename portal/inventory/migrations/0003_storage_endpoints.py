@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('inventory', '0001_initial'),
+        ('inventory', '0002_fabric_shared_tenancy'),
     ]
 
     operations = [
