@@ -11,5 +11,6 @@ urlpatterns = [
     path("nodes/<str:node_id>/reports", views.reports, name="reports"),
     path("nodes/<str:node_id>/desired-state", views.desired_state, name="desired-state"),
     path("nodes/<str:node_id>/credential", views.credential, name="credential"),
-    re_path(r"", views.unknown_endpoint),  # §4: 404 not_found, a protocol error body
+    # §4: any other path is a 404 not_found with a protocol error body
+    re_path(r"", views.unknown_endpoint, name="unknown"),
 ]

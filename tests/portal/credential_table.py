@@ -20,13 +20,18 @@ row (``admin:*``: Django's own staff-session check guards each of its generated 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 CREDENTIALS = ("browser", "own_key", "other_key", "viewer", "removed")
 LOGIN = "login"
 ACCEPT = "accept"
 ORDER = {"models": ["H100"], "gpu_count": 1, "duration_hours": 1}
-PAGE_ORDER = {"models": "H100", "gpu_count": "1", "duration_hours": "1", "priority": "on_demand"}
+PAGE_ORDER = {"models": "H100", "gpu_count": "1", "gpu_milli": "1000", "nodes": "1",
+              "locality": "any", "start": "now", "duration_hours": "1", "priority": "on_demand",
+              "idempotency_key": "matrix-preview"}
+# within the order limits (portal/leasing/limits.py): a lease lasts at most 90 days
+IN_A_WEEK = (datetime.now(UTC) + timedelta(days=7)).isoformat()
 
 
 def _row(*codes: int | str) -> dict[str, int | str]:
@@ -73,6 +78,10 @@ ROUTES: dict[str, list[Case]] = {
     "apikey-detail": [("GET", "apikey", {}, _row(404, 200, 404, 404, 404)),
                       ("DELETE", "apikey", {}, _row(404, 204, 404, 404, 404))],
     "node-list": [("GET", "none", {}, NOBODY)],
+    "storage-endpoint-list": [("GET", "none", {}, NOBODY),
+                              ("POST", "none", {"fabric": "default", "node": "storage-01"},
+                               NOBODY)],
+    "storage-endpoint-detail": [("DELETE", "missing_pk", {}, NOBODY)],
     "node-detail": [("GET", "node", {}, NOBODY)],
     "node-set-state": [("POST", "node", {"state": "draining"}, NOBODY)],
     "gpu-list": [("GET", "none", {}, NOBODY)],
@@ -94,7 +103,7 @@ ROUTES: dict[str, list[Case]] = {
     "lease-connection": [("GET", "lease", {}, A_READ)],
     "lease-cancel": [("POST", "lease", {}, A_ADMIN)],
     "lease-release": [("POST", "active_lease", {}, A_ADMIN)],
-    "lease-extend": [("POST", "active_lease", {"end_at": "2099-01-01T00:00:00Z"}, A_ADMIN)],
+    "lease-extend": [("POST", "active_lease", {"end_at": IN_A_WEEK}, A_ADMIN)],
     "schema": [("GET", "none", {}, PUBLIC)],
     "swagger-ui": [("GET", "none", {}, PUBLIC)],
     "redoc": [("GET", "none", {}, PUBLIC)],
@@ -106,8 +115,11 @@ ROUTES: dict[str, list[Case]] = {
     "agent_api:reports": [("POST", "node_id", {}, _row(401, 401, 401, 401, 401))],
     "agent_api:desired-state": [("GET", "node_id", {}, _row(401, 401, 401, 401, 401))],
     "agent_api:credential": [("POST", "node_id", {}, _row(401, 401, 401, 401, 401))],
+    # any other agent path: a protocol 404 body, whoever asks
+    "agent_api:unknown": [("GET", "none", {}, _row(404, 404, 404, 404, 404))],
     # --- public pages ---------------------------------------------------------------------
     "healthz": [("GET", "none", {}, PUBLIC)],
+    "favicon": [("GET", "none", {}, _row(301, 301, 301, 301, 301))],  # -> the static file
     "login": [("GET", "none", {}, PUBLIC),  # wrong password: the form again, nobody signed in
               ("POST", "none", {"username": "a-admin", "password": "wrong"}, PUBLIC),
               ("PUT", "none", {}, PUBLIC)],
@@ -151,6 +163,9 @@ ROUTES: dict[str, list[Case]] = {
     "web:api_key_revoke": [("POST", "key_id", {}, _row(302, LOGIN, LOGIN, 404, 200))],
     "web:quotas": [("GET", "none", {}, PAGE)],
     "billing:export": [("GET", "none", {"type": "csv"}, _row(200, LOGIN, LOGIN, 200, 404))],
+    # this month's statement (a draft with live totals), tenant admins only
+    "billing:invoice": [("GET", "this_month", {}, _row(200, LOGIN, LOGIN, 403, 404))],
+    "billing:invoice_csv": [("GET", "this_month", {}, _row(200, LOGIN, LOGIN, 403, 404))],
     # --- operators' console (staff session only) -------------------------------------------
     "console:index": [("GET", "none", {}, CONSOLE)],
     "console:fabric": [("GET", "none", {}, CONSOLE)],
@@ -162,6 +177,8 @@ ROUTES: dict[str, list[Case]] = {
     "console:tenant": [("GET", "tenant", {}, CONSOLE)],
     "console:audit": [("GET", "none", {}, CONSOLE)],
     "console:billing": [("GET", "none", {}, CONSOLE)],
+    "console:storage": [("GET", "none", {}, CONSOLE)],
+    "console:enrolments": [("GET", "none", {}, CONSOLE)],
     # --- Django admin: every generated view is staff-session only ---------------------------
     "admin:*": [("GET", "none", {}, _row(302, 302, 302, 302, 302))],
 }

@@ -20,6 +20,7 @@ from django.utils.http import urlsafe_base64_encode
 from rest_framework.test import APIClient
 
 from portal import api_urls
+from portal.billing.services import invoice_refresh
 from portal.core.services import audit_record
 from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Fabric, Gpu, HcaPort, StorageEndpoint
@@ -297,6 +298,7 @@ def _build_cred_world() -> dict[str, Any]:
     ssh = SshPublicKey.objects.create(user=admin, name="laptop", key_type="ssh-ed25519",
                                       public_key="ssh-ed25519 AAAA", fingerprint="SHA256:x")
     invitation = invitation_create(actor=admin, tenant=a, email="invitee@example.com").invitation
+    invoice_refresh(tenant=a, month=timezone.now().date().replace(day=1))
     return {"invitation": invitation, "users": {"browser": admin, "viewer": viewer, "removed": removed},
             "secrets": {"own_key": own.secret, "other_key": other.secret,
                         "removed": removed_key},
@@ -314,6 +316,8 @@ def _cred_kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "invitation": {"tenant_slug": "a", "pk": w["invitation"].pk},
         "invitation_id": {"invitation_id": w["invitation"].pk},
         "bad_token": {"token": "gpi_not-a-token"},
+        "missing_pk": {"pk": 999_999},
+        "this_month": {"year": timezone.now().year, "month": timezone.now().month},
         "apikey": {"pk": w["apikey"].pk}, "node": {"hostname": "gpu-node-0001"},
         "node_id": {"node_id": "gpu-node-0001"}, "gpu": {"pk": w["gpu"].pk},
         "audit": {"pk": w["audit"].pk}, "lease": {"pk": w["lease"].pk},

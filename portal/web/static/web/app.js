@@ -24,6 +24,14 @@
     if (question && !window.confirm(question)) ev.preventDefault();
   }, true);
 
+  // A link or button with data-print prints the page (the printable invoice).
+  document.addEventListener("click", function (ev) {
+    var el = ev.target.closest && ev.target.closest("[data-print]");
+    if (!el) return;
+    ev.preventDefault();
+    window.print();
+  });
+
   // A second click on a submit button does nothing (the server is idempotent as well).
   document.addEventListener("submit", function (ev) {
     var form = ev.target;
