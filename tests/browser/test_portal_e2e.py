@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from typing import Any
 
 import pytest
@@ -22,8 +23,25 @@ def sign_in(page: Any, base: str, username: str = "acme-admin") -> None:
     page.wait_for_url(f"{base}/")
 
 
+def _slow_rerenders(page: Any) -> None:
+    """Re-renders of the lease page (htmx requests) take 1.5 s: two state changes 0.3 s
+    apart (provisioning, then active on the convergence event) always meet a render in
+    flight. The old page dropped the second one (htmx's default sync) and stayed on
+    "provisioning" — seen in CI once activation became an event."""
+    def slow(route: Any) -> None:
+        if not route.request.headers.get("hx-request"):
+            route.continue_()
+            return
+        rendered = route.fetch()  # rendered now, delivered late
+        time.sleep(1.5)
+        route.fulfill(response=rendered)
+
+    page.route(re.compile(r"/leases/[0-9a-f-]{36}/$"), slow)
+
+
 def test_order_watch_extend_release(stack: str, page: Any) -> None:
     sign_in(page, stack)
+    _slow_rerenders(page)
     assert page.get_by_role("heading", name=re.compile("Dashboard")).is_visible()
     shot(page, "dashboard-empty")
 
@@ -119,6 +137,9 @@ ALLOWED_LATIN = {
     "Acme", "acme", "admin", "member", "English", "Lotus", "Lab", "XID", "NVLink", "Gb",
     "ssh", "ed25519", "ECDSA", "RSA", "OpenSSH", "CI", "lease", "lotus", "operator", "example",
     "com", "ops", "demo", "train", "mlx", "sim", "docs", "Spot", "spot", "UUID",
+    # the job environment a lease gives (shell text, not UI words): docs/tenant-guide.md
+    "NCCL", "NCCL_IB_HCA", "NCCL_IB_PKEY", "UCX_NET_DEVICES", "UCX_IB_PKEY",
+    "GPUPOOL_IB_PKEY", "GPUPOOL_IPOIB_IF", "IPoIB", "export",
 }
 
 

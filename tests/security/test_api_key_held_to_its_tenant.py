@@ -25,7 +25,7 @@ from portal.fleet.models import TenantPartition
 from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Gpu
 from portal.leasing.models import Allocation, Lease, LeaseState
-from portal.tenants.models import ApiKey, Membership, Role, Tenant
+from portal.tenants.models import ApiKey, Invitation, Membership, Role, Tenant
 from portal.tenants.services import api_key_create
 from tests.portal.billing.builders import make_lease
 from tests.portal.factories import add_member, make_tenant, make_user
@@ -133,8 +133,12 @@ def test_key_for_a_cannot_mint_a_key_for_b(attack: dict[str, Any]) -> None:
 
 
 def test_key_for_a_cannot_add_members_to_b(attack: dict[str, Any]) -> None:
-    _refused(attack["key"].post("/api/v1/tenants/b/memberships",
-                                {"username": "recruit", "role": "admin"}, format="json"))
+    """New members come by invitation (ADR 0102): a key for a can neither invite into b nor
+    list b's invitations."""
+    _refused(attack["key"].post("/api/v1/tenants/b/invitations",
+                                {"email": "recruit@example.com", "role": "admin"}, format="json"))
+    _refused(attack["key"].get("/api/v1/tenants/b/invitations"))
+    assert not Invitation.objects.filter(tenant=attack["b"]).exists()
     assert not Membership.objects.filter(tenant=attack["b"], user__username="recruit").exists()
 
 

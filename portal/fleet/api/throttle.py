@@ -18,6 +18,7 @@ which may let a few extra requests through under a race.
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 import time
 from typing import Any
@@ -42,6 +43,9 @@ return '0'
 """
 
 
+log = logging.getLogger(__name__)
+
+
 def _config() -> dict[str, Any]:
     return {**DEFAULTS, **getattr(settings, "GPUPOOL_AGENT_RATE_LIMIT", {})}
 
@@ -57,7 +61,12 @@ def throttle(*, scope: str, secret: str) -> None:
     if rate <= 0:
         return
     key = f"gpupool:agent-rl:{scope}:{hashlib.sha256(secret.encode()).hexdigest()[:32]}"
-    wait = _take(key, 1.0 / rate, max(1, burst), time.time())
+    try:
+        wait = _take(key, 1.0 / rate, max(1, burst), time.time())
+    except Exception:  # the cache (Redis) is away: agents keep reporting, unthrottled
+        log.warning("agent rate limit %s not checked: the cache is unavailable", scope,
+                    exc_info=True)
+        return
     if wait > 0:
         retry = max(1, math.ceil(wait))
         raise AgentError("rate_limited", f"too many requests; retry in {retry} s",

@@ -137,6 +137,11 @@ class Stack:
             "GPUPOOL_RECONCILE_EVERY_S": str(self.config.reconcile_every_s),
             "GPUPOOL_PROVISION_TIMEOUT_S": str(self.config.provision_timeout_s),
             "GPUPOOL_DATA_DIR": str(self.tmp / "data"),
+            # The harnesses flood orders on purpose (races, crashes): rate limits would answer
+            # 429 before the code under test runs. Throttling has its own tests
+            # (tests/portal/test_rate_limits_csp.py); a stack config may set real rates.
+            "GPUPOOL_RATE_ORDERS": "1000000/min", "GPUPOOL_RATE_QUOTES": "1000000/min",
+            "GPUPOOL_RATE_LOGIN": "1000000/min", "GPUPOOL_RATE_API_KEYS": "1000000/min",
             "EMAIL_BACKEND": "django.core.mail.backends.locmem.EmailBackend",
             "DEBUG": "0",
             "LOG_LEVEL": "WARNING",

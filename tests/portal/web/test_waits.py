@@ -16,6 +16,7 @@ from django.test import Client
 from django.urls import reverse
 
 from portal.core import clock
+from portal.inventory.models import Node
 from portal.leasing.models import Lease
 from tests.portal.web.conftest import client_for, drive, later, order, order_form
 
@@ -30,9 +31,17 @@ def _dd(body: str, testid: str) -> str:
     return found.group(1)
 
 
+def _split_leaves() -> None:
+    """One node of each 2-node leaf in maintenance: 16 GPUs free, never 2 nodes in a leaf
+    (a gang that can never fit a leaf at all is refused at order time: test_never_fits)."""
+    Node.objects.filter(hostname__in=["gpu-node-0001", "gpu-node-0003"]).update(
+        state=Node.State.MAINTENANCE)
+
+
 def _topology_wait(pool: dict[str, Any]) -> Lease:
-    """3 nodes inside one leaf of 2 nodes: the scheduler says "topology"."""
-    lease = order(pool, gpu_count=4, nodes=3, locality="leaf", locality_required=True)
+    """2 nodes in one leaf while each leaf has one node free: the scheduler says "topology"."""
+    _split_leaves()
+    lease = order(pool, gpu_count=8, nodes=2, locality="leaf", locality_required=True)
     drive()
     lease.refresh_from_db()
     assert (lease.state, lease.wait_reason) == ("queued", "topology")
@@ -41,7 +50,7 @@ def _topology_wait(pool: dict[str, Any]) -> Lease:
 
 def test_waits_lease_page_says_why_in_words(pool: dict[str, Any], alice: Client) -> None:
     wait = _dd(_page(alice, _topology_wait(pool)), "wait-reason")
-    assert wait.startswith("12 GPUs of H100 are free, but not within one leaf switch as "
+    assert wait.startswith("16 GPUs of H100 are free, but not within one leaf switch as "
                            "required")
     assert "topology" not in wait
 
@@ -51,7 +60,7 @@ def test_waits_lease_page_says_why_in_chinese(pool: dict[str, Any]) -> None:
     zh = client_for(pool["alice"])
     zh.post("/i18n/setlang/", {"language": "zh-hans", "next": "/"})
     wait = _dd(_page(zh, lease), "wait-reason")
-    assert "有 12 个 H100 GPU 空闲" in wait and "topology" not in wait
+    assert "有 16 个 H100 GPU 空闲" in wait and "topology" not in wait
 
 
 def test_waits_lease_page_shows_the_earliest_start(pool: dict[str, Any],
@@ -91,8 +100,9 @@ def test_waits_preview_of_a_future_start_does_not_say_now(alice: Client) -> None
 
 
 def test_waits_preview_says_why_in_words(alice: Client) -> None:
+    _split_leaves()
     body = alice.post(reverse("web:order_preview"), order_form(
-        gpu_count="4", nodes="3", locality="leaf", locality_required="on")).content.decode()
+        gpu_count="8", nodes="2", locality="leaf", locality_required="on")).content.decode()
     why = re.search(r'data-testid="wait-reason">(.*?)</p>', body, re.S)
     assert why and "not within the required locality" in why.group(1)
     assert "topology" not in why.group(1)

@@ -206,11 +206,23 @@
           // A new state, or a warning (expiry, preemption notice): re-render the summary.
           state = msg.state;
           root.setAttribute("data-state", state);
-          if (window.htmx) {
-            htmx.ajax("GET", location.pathname, {target: "#lease-main", select: "#lease-main", swap: "outerHTML"});
-          }
+          rerender();
         }
       };
+    }
+
+    // One re-render at a time, and never a lost one: htmx drops a request made while
+    // another is in flight, so a change that arrives during a render (provisioning, then
+    // active 0.3 s later) renders again once the first has been swapped in.
+    var rendering = false, again = false;
+    function rerender() {
+      if (!window.htmx) return;
+      if (rendering) { again = true; return; }
+      rendering = true; again = false;
+      var done = function () { rendering = false; if (again) rerender(); };
+      var sent = htmx.ajax("GET", location.pathname,
+                           {target: "#lease-main", select: "#lease-main", swap: "outerHTML"});
+      if (sent && sent.then) sent.then(done, done); else done();
     }
     connect();
   }
