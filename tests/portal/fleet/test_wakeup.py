@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.services("postgres"), pytest.mark.django_db(transactio
 
 @pytest.fixture
 def agent(live_server: Any) -> Iterator[tuple[PortalClient, Node]]:
-    _, token = bootstrap_token_create(actor=None, hostname="*")
+    _, token = bootstrap_token_create(actor=None, hostname="gpu-node-31")
     client = PortalClient(live_server.url)
     client.enrol({"protocol": 1, "bootstrap_token": token, "role": "node",
                   "hostname": "gpu-node-31", "agent_version": "test"})

@@ -31,7 +31,7 @@ def _state(lease: Lease) -> str:
 def test_real_agent_reports_activate_and_end_a_lease(live_server: Any, tmp_path: Path,
                                                       settings: Any) -> None:
     settings.GPUPOOL_SIMULATED_AGENTS = False
-    _, token = bootstrap_token_create(actor=None, hostname="*")
+    _, token = bootstrap_token_create(actor=None, hostname="gpu-node-01")
     clock = Clock()
     agent, writer = make_agent(tmp_path, live_server.url, token, clock)
     run_for(agent, clock, 3)
