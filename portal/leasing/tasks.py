@@ -154,9 +154,32 @@ def reconcile_once() -> dict[str, int]:
         STEPS[step](lease.pk)
         if step in FOLLOW_UP:
             STEPS[FOLLOW_UP[step]](lease.pk)
+    counts["repushed"] = repush_drifted_nodes()
     if Lease.objects.filter(state=S.QUEUED).exists():
         counts.update(orchestration.run_schedule_pass())
     return counts
+
+
+def repush_drifted_nodes() -> int:
+    """Backstop for a failed push (``access_push`` only logs one): re-derive the desired
+    state of every node that grants something (a granting lease there, or grants in its
+    stored document) and push those whose stored content hash differs from the derived
+    one. Unchanged nodes are neither locked nor written."""
+    from portal.fleet.models import NodeDesiredState
+    from portal.inventory.models import Node
+    from portal.leasing import access_push, desired
+    from portal.leasing.models import Allocation
+
+    granting = Allocation.objects.filter(live=True, lease__state__in=desired.GRANTING)
+    stored = {row.node_id: row.document or {} for row in NodeDesiredState.objects.all()}
+    with_grants = [pk for pk, doc in stored.items() if doc.get("access_grants")]
+    nodes = Node.objects.filter(pk__in=set(granting.values_list("node_id", flat=True))
+                                | set(with_grants)).order_by("hostname")
+    drifted = [n for n in nodes if desired.node_drifted(n, stored.get(n.pk, {}))]
+    for node in drifted:
+        log.warning("desired state of %s had drifted from its leases: re-pushed",
+                    node.hostname)
+    return len(access_push.push_nodes(drifted))
 
 
 @durable_task(time_limit=60)
