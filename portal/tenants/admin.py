@@ -2,6 +2,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -114,7 +115,7 @@ class MembershipAdmin(admin.ModelAdmin):
                                           max_gpus=obj.max_gpus)
 
     def delete_view(self, request: Any, object_id: str, extra_context: Any = None) -> Any:
-        member = self.get_object(request, object_id)
+        member = self.get_object(request, unquote(object_id))
         if request.method == "POST" and member is not None:
             if not self.has_delete_permission(request, member):
                 raise DjangoPermissionDenied

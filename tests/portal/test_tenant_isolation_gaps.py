@@ -143,6 +143,17 @@ def test_admin_role_change_goes_through_the_service(site: Client) -> None:
     assert AuditLog.objects.filter(action="membership.update").exists()
 
 
+def test_admin_adds_a_member_through_the_service(site: Client) -> None:
+    tenant = make_tenant("a")
+    newbie = make_user("newbie")
+    response = site.post(reverse("admin:tenants_membership_add"),
+                         {"tenant": tenant.pk, "user": newbie.pk, "role": "member",
+                          "max_gpus": ""})
+    assert response.status_code == 302, response.content[:2000]
+    assert Membership.objects.get(user=newbie).role == Role.MEMBER
+    assert AuditLog.objects.filter(action="membership.create").exists()
+
+
 # 7. keys of removed members ---------------------------------------------------------------
 
 def test_removed_member_keys_are_revoked_in_the_same_transaction(db: Any) -> None:
