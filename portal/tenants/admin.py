@@ -69,7 +69,7 @@ class MembershipAdminForm(forms.ModelForm):  # type: ignore[type-arg]
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        if self.instance.pk and "role" in data:
+        if not self.instance._state.adding and "role" in data:
             try:
                 services.check_role_change(self.request.user, self.instance, data["role"])
             except ApplicationError as exc:
