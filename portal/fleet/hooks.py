@@ -35,3 +35,21 @@ def node_converged(node_id: int) -> None:
         except DatabaseError:
             log.warning("node %s converged: %r failed; the reconciler re-drives it",
                         node_id, callback, exc_info=True)
+
+
+GpusQuarantined = Callable[[int, list[int]], None]
+_quarantine_callbacks: list[GpusQuarantined] = []
+
+
+def on_gpus_quarantined(callback: GpusQuarantined) -> None:
+    """Register ``callback(node_id, gpu_indexes)``: GPUs of a node were just quarantined
+    (an unclean teardown): whatever waits to run on them must move elsewhere."""
+    if callback not in _quarantine_callbacks:
+        _quarantine_callbacks.append(callback)
+
+
+def gpus_quarantined(node_id: int, indexes: list[int]) -> None:
+    """Run every callback in the caller's transaction (unlike ``node_converged`` a failure
+    is not swallowed: a lease must never be activated on a GPU found unclean)."""
+    for callback in list(_quarantine_callbacks):
+        callback(node_id, indexes)

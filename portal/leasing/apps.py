@@ -14,6 +14,7 @@ class LeasingConfig(AppConfig):
         from portal.tenants.hooks import access_changed
 
         hooks.on_node_converged(orchestration.node_converged)
+        hooks.on_gpus_quarantined(orchestration.gpus_quarantined)  # unclean GPU: move on
         # Access follows people (ADR 0102): who may log in changed -> push their nodes.
         access_changed.connect(access_push.push_tenants)
         storage_changed.connect(access_push.push_fabric)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict
 from typing import Any
 
@@ -16,6 +18,7 @@ from portal.tenants.selectors import host_login_keys
 
 # Leases whose users must have access and whose tenant partition must include the node.
 GRANTING = tuple(sorted(states.GRANTING))
+CONTENT_KEYS = ("partitions", "access_grants")
 
 
 def _tenant_keys(tenant: Tenant) -> list[str]:
@@ -68,15 +71,33 @@ def _lock_row(model: Any, **key: Any) -> None:
     model.objects.select_for_update().get(**key)
 
 
-def push_node(node: Node) -> int:
-    """Write the node's complete desired state; returns the generation to wait for."""
-    _lock_row(NodeDesiredState, node=node)
+def derive_node(node: Node) -> dict[str, list[dict[str, Any]]]:
+    """The node's complete desired content (partitions, access grants) as of now."""
     grants, tenant_ids = _grants(node)
     ports = list(HcaPort.objects.filter(node=node).order_by("port_guid")
                  .values_list("port_guid", flat=True))
     partitions = [_partition_entry(t, ports)
                   for t in Tenant.objects.filter(pk__in=tenant_ids).order_by("slug")]
-    return fleet.node_desired_set(node=node, partitions=partitions, access_grants=grants)
+    return {"partitions": partitions, "access_grants": grants}
+
+
+def content_hash(content: dict[str, Any]) -> str:
+    """A digest of desired content, independent of key order (stored vs derived)."""
+    text = json.dumps({k: content.get(k) or [] for k in CONTENT_KEYS}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def node_drifted(node: Node, stored: dict[str, Any]) -> bool:
+    """Does the node's stored desired document differ from what would be derived now?"""
+    return content_hash(stored) != content_hash(derive_node(node))
+
+
+def push_node(node: Node) -> int:
+    """Write the node's complete desired state; returns the generation to wait for."""
+    _lock_row(NodeDesiredState, node=node)
+    content = derive_node(node)
+    return fleet.node_desired_set(node=node, partitions=content["partitions"],
+                                  access_grants=content["access_grants"])
 
 
 def port_rows(node: Node | None = None) -> list[tuple[Any, str, int | None, Any]]:

@@ -579,3 +579,14 @@ def warn_expiring(minutes: int = 60) -> int:
             states.record(lease, "expiry_warning", reason=f"ends within {minutes} minutes")
             notify.expiring(lease, minutes)
     return len(due)
+
+
+def gpus_quarantined(node_id: int, indexes: list[int]) -> None:
+    """GPUs of a node were found unclean (``fleet.hooks``): a lease waiting to run on them
+    goes back to the queue, never activated there (issue 10.1)."""
+    on_them = Allocation.objects.filter(node_id=node_id, gpu__index__in=indexes, live=True,
+                                        lease__state__in=(S.PROVISIONING, S.SCHEDULED))
+    for lease in Lease.objects.select_for_update(**LOCK).filter(
+            pk__in=on_them.values("lease_id")).order_by("created"):
+        _displace(lease, reason=f"its GPUs {indexes} on node {node_id} were found unclean "
+                                "after the previous lease and quarantined")

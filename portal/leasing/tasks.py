@@ -8,9 +8,10 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import OperationalError, transaction
+from django.db import DatabaseError, OperationalError, transaction
 
 from portal.core import clock
+from portal.core.errors import ApplicationError
 from portal.core.tasks import durable_task
 from portal.leasing import orchestration, states
 from portal.leasing.models import Lease
@@ -154,9 +155,43 @@ def reconcile_once() -> dict[str, int]:
         STEPS[step](lease.pk)
         if step in FOLLOW_UP:
             STEPS[FOLLOW_UP[step]](lease.pk)
+    counts["repushed"] = repush_drifted_nodes()
     if Lease.objects.filter(state=S.QUEUED).exists():
         counts.update(orchestration.run_schedule_pass())
     return counts
+
+
+def repush_drifted_nodes() -> int:
+    """Backstop for a failed push (``access_push`` only logs one): re-derive the desired
+    state of every node that grants something (a granting lease there, or grants in its
+    stored document) and push those whose stored content hash differs from the derived
+    one. Unchanged nodes are neither locked nor written."""
+    from portal.fleet.models import NodeDesiredState
+    from portal.inventory.models import Node
+    from portal.leasing import desired
+    from portal.leasing.models import Allocation
+
+    granting = Allocation.objects.filter(live=True, lease__state__in=desired.GRANTING)
+    stored = {row.node_id: row.document or {} for row in NodeDesiredState.objects.all()}
+    with_grants = [pk for pk, doc in stored.items() if doc.get("access_grants")]
+    nodes = Node.objects.filter(pk__in=set(granting.values_list("node_id", flat=True))
+                                | set(with_grants)).order_by("hostname")
+    drifted = [n for n in nodes if desired.node_drifted(n, stored.get(n.pk, {}))]
+    pushed: list[str] = []
+    for node in drifted:  # one node per transaction, as access_push does
+        try:
+            with transaction.atomic():
+                desired.push_node(node)
+        except (DatabaseError, ApplicationError):
+            log.exception("re-push to node %s failed; the next beat tries again",
+                          node.hostname)
+            continue
+        log.warning("desired state of %s had drifted from its leases: re-pushed",
+                    node.hostname)
+        pushed.append(str(node.pk))
+    if pushed and settings.GPUPOOL_SIMULATED_AGENTS:
+        transaction.on_commit(lambda: simulate_agents_on_commit(pushed))
+    return len(pushed)
 
 
 @durable_task(time_limit=60)

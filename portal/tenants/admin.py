@@ -1,11 +1,19 @@
 from typing import Any
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.db import transaction
 from django.db.models import QuerySet
+from django.shortcuts import redirect
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
-from portal.tenants import hooks
+from portal.core.errors import ApplicationError
+from portal.tenants import hooks, services
 from portal.tenants.models import (
     ApiKey,
     Invitation,
@@ -17,9 +25,18 @@ from portal.tenants.models import (
 
 
 class MembershipInline(admin.TabularInline):
+    """Read-only here: a membership is added, changed or removed on its own admin page
+    (through the services, so the last-admin rule holds)."""
+
     model = Membership
     extra = 0
-    autocomplete_fields = ["user"]
+    fields = ("user", "role", "max_gpus", "created")
+    readonly_fields = fields
+    show_change_link = True
+    can_delete = False
+
+    def has_add_permission(self, request: Any, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Tenant)
@@ -40,27 +57,87 @@ class TenantAdmin(admin.ModelAdmin):
         hooks.access_changed_on_commit([form.instance.pk])
 
 
+class MembershipAdminForm(forms.ModelForm):  # type: ignore[type-arg]
+    """Refuses what the services refuse (last admin, last owner, owner-only grants), with
+    the services' message on the field, before anything is saved."""
+
+    request: Any = None
+
+    class Meta:
+        model = Membership
+        fields = ("tenant", "user", "role", "max_gpus")
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if not self.instance._state.adding and "role" in data:
+            try:
+                services.check_role_change(self.request.user, self.instance, data["role"])
+            except ApplicationError as exc:
+                raise forms.ValidationError({"role": exc.message}) from exc
+        return data
+
+
 @admin.register(Membership)
 class MembershipAdmin(admin.ModelAdmin):
+    """Every write goes through ``portal.tenants.services`` (its rules, audit and push)."""
+
+    form = MembershipAdminForm
     list_display = ("user", "tenant", "role", "created")
     list_filter = ("role", "tenant")
     search_fields = ("user__username", "user__email", "tenant__name")
     autocomplete_fields = ["user", "tenant"]
+    actions = ["remove_members"]
 
+    def get_readonly_fields(self, request: Any, obj: Any = None) -> tuple[str, ...]:
+        return ("tenant", "user") if obj is not None else ()
+
+    def get_form(self, request: Any, obj: Any = None, change: bool = False,
+                 **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        return type(form.__name__, (form,), {"request": request})
+
+    def get_actions(self, request: Any) -> dict[str, Any]:
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # it would bypass the last-admin rule
+        return actions
+
+    @transaction.atomic
     def save_model(self, request: Any, obj: Membership, form: Any, change: bool) -> None:
-        old = Membership.objects.filter(pk=obj.pk).values_list("tenant_id", flat=True).first()
-        super().save_model(request, obj, form, change)
-        hooks.access_changed_on_commit({obj.tenant_id, old} - {None})
+        if change:
+            member = services.membership_change_role(actor=request.user, member=obj,
+                                                     role=obj.role)
+        else:
+            member = services.membership_grant(actor=request.user, tenant=obj.tenant,
+                                               user=obj.user, role=obj.role)
+            obj.pk = member.pk
+        if member.max_gpus != obj.max_gpus:
+            services.membership_set_limit(actor=request.user, membership=member,
+                                          max_gpus=obj.max_gpus)
 
-    def delete_model(self, request: Any, obj: Membership) -> None:
-        tenant_id = obj.tenant_id
-        super().delete_model(request, obj)
-        hooks.access_changed_on_commit([tenant_id])
+    def delete_view(self, request: Any, object_id: str, extra_context: Any = None) -> Any:
+        member = self.get_object(request, unquote(object_id))
+        if request.method == "POST" and member is not None:
+            if not self.has_delete_permission(request, member):
+                raise DjangoPermissionDenied
+            try:
+                services.membership_remove(actor=request.user, member=member)
+            except ApplicationError as exc:
+                self.message_user(request, exc.message, level=messages.ERROR)
+                return redirect("admin:tenants_membership_change", member.pk)
+            self.message_user(request, _("Removed %(member)s.") % {"member": member})
+            return redirect("admin:tenants_membership_changelist")
+        return super().delete_view(request, object_id, extra_context)
 
-    def delete_queryset(self, request: Any, queryset: QuerySet[Membership]) -> None:
-        tenant_ids = set(queryset.values_list("tenant_id", flat=True))
-        super().delete_queryset(request, queryset)
-        hooks.access_changed_on_commit(tenant_ids)
+    @admin.action(description=gettext_lazy("Remove selected members (keeps each tenant's "
+                                             "last admin)"))
+    def remove_members(self, request: Any, queryset: QuerySet[Membership]) -> None:
+        for member in queryset.select_related("tenant", "user"):
+            try:
+                services.membership_remove(actor=request.user, member=member)
+            except ApplicationError as exc:
+                self.message_user(request, f"{member}: {exc.message}", level=messages.ERROR)
+            else:
+                self.message_user(request, _("Removed %(member)s.") % {"member": member})
 
 
 @admin.register(ApiKey)

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import Exists, OuterRef
 from django.utils import timezone
 from django.utils.text import slugify
 from django.utils.translation import gettext as _
@@ -16,7 +17,7 @@ from django.utils.translation import gettext as _
 from portal.core.errors import ApplicationError, Conflict, NotFound, PermissionDenied
 from portal.core.services import audit_record, model_changes
 from portal.tenants import hooks
-from portal.tenants.access import AnyUser, is_staff, require_role, role_in
+from portal.tenants.access import AnyUser, is_staff, principal_of, require_role, role_in
 from portal.tenants.models import ApiKey, Membership, Role, SshPublicKey, Tenant
 from portal.tenants.sshkeys import parse_public_key
 
@@ -79,12 +80,23 @@ def tenant_set_status(*, actor: AnyUser, tenant: Tenant, status: str, reason: st
     return tenant
 
 
+def acts_as_owner(actor: AnyUser, tenant: Tenant) -> bool:
+    """Owner powers in ``tenant``, decided on the principal as the gate decides
+    (``access.require_role``): platform staff, or staff through a key bound to this tenant
+    (staff in that tenant only, ADR 0101), or the tenant's owner — never through a key
+    bound to another tenant."""
+    p = principal_of(actor)
+    if not p.allows(tenant):
+        return False
+    return p.staff_user or role_in(p, tenant) == Role.OWNER
+
+
 def check_can_grant(actor: AnyUser, tenant: Tenant, role: str) -> None:
     require_role(actor, tenant, Role.ADMIN)
     if role not in Role.values:
         raise ApplicationError(_("Unknown role."), fields={
             "role": [_("Choose one of %(choices)s.") % {"choices": Role.values}]})
-    if role == Role.OWNER and not (is_staff(actor) or role_in(actor, tenant) == Role.OWNER):
+    if role == Role.OWNER and not acts_as_owner(actor, tenant):
         raise PermissionDenied(_("Only an owner can make owners."))
 
 
@@ -132,7 +144,7 @@ def _keep_an_admin(member: Membership, *, field: str) -> None:
 def _keep_an_owner(actor: AnyUser, member: Membership, *, verb: str) -> None:
     if member.role != Role.OWNER:
         return
-    if not (is_staff(actor) or role_in(actor, member.tenant) == Role.OWNER):
+    if not acts_as_owner(actor, member.tenant):
         raise PermissionDenied(_("Only an owner can demote an owner.") if verb == "demote"
                                else _("Only an owner can remove an owner."))
     if _owners_left_without(member) == 0:
@@ -160,11 +172,7 @@ def membership_grant(*, actor: AnyUser | None, tenant: Tenant, user: Any,
 @transaction.atomic
 def membership_change_role(*, actor: AnyUser, member: Membership, role: str) -> Membership:
     member = _locked_member(member)  # then check: the actor's own role may just have changed
-    check_can_grant(actor, member.tenant, role)
-    if member.role == Role.OWNER and role != Role.OWNER:
-        _keep_an_owner(actor, member, verb="demote")
-    if role not in ADMIN_ROLES:
-        _keep_an_admin(member, field="role")
+    check_role_change(actor, member, role)
     old = member.role
     member.role = role
     member.save(update_fields=["role"])
@@ -202,18 +210,48 @@ def membership_set_limit(*, actor: AnyUser, membership: Membership,
     return member
 
 
-@transaction.atomic
-def membership_remove(*, actor: AnyUser, member: Membership) -> None:
-    """Remove a member; their keys leave the tenant's running leases once this commits."""
-    member = _locked_member(member)
+def check_can_remove(actor: AnyUser, member: Membership) -> None:
+    """The rules of removing ``member`` (admin role, owners, the last admin), unlocked:
+    for a form's validation; ``membership_remove`` checks them again under the lock."""
     require_role(actor, member.tenant, Role.ADMIN)
     _keep_an_owner(actor, member, verb="remove")
     _keep_an_admin(member, field="member")
+
+
+def check_role_change(actor: AnyUser, member: Membership, role: str) -> None:
+    """The rules of giving ``member`` ``role`` (unlocked; see ``check_can_remove``)."""
+    check_can_grant(actor, member.tenant, role)
+    if member.role == Role.OWNER and role != Role.OWNER:
+        _keep_an_owner(actor, member, verb="demote")
+    if role not in ADMIN_ROLES:
+        _keep_an_admin(member, field="role")
+
+
+@transaction.atomic
+def membership_remove(*, actor: AnyUser, member: Membership) -> None:
+    """Remove a member; their keys for this tenant are revoked in the same transaction
+    (a removed member's key answers 401, never acts for nobody), and their SSH keys leave
+    the tenant's running leases once this commits."""
+    member = _locked_member(member)
+    check_can_remove(actor, member)
     audit_record(actor=actor, action="membership.delete", obj=member, tenant=member.tenant,
                  changes={"user": member.user.get_username(), "role": member.role})
     tenant_id = member.tenant_id
+    _revoke_member_keys(actor, member)
     member.delete()
     hooks.access_changed_on_commit([tenant_id])
+
+
+def _revoke_member_keys(actor: AnyUser, member: Membership) -> None:
+    keys = ApiKey.objects.select_for_update().filter(user_id=member.user_id,
+                                                     tenant_id=member.tenant_id,
+                                                     revoked_at__isnull=True)
+    now = timezone.now()
+    for key in keys:
+        key.revoked_at = now
+        key.save(update_fields=["revoked_at"])
+        audit_record(actor=actor, action="apikey.revoke", obj=key, tenant=member.tenant,
+                     changes={"reason": "membership removed"})
 
 
 @transaction.atomic
@@ -273,10 +311,7 @@ def api_key_create(*, actor: AnyUser, name: str, tenant: Tenant | None,
 
 @transaction.atomic
 def api_key_revoke(*, actor: AnyUser, key: ApiKey) -> ApiKey:
-    if key.user_id != getattr(actor, "pk", None) and not is_staff(actor):
-        if key.tenant is None:
-            raise NotFound(_("No such key."))
-        require_role(actor, key.tenant, Role.ADMIN)
+    _check_can_revoke(actor, key)
     key = ApiKey.objects.select_for_update().get(pk=key.pk)
     if key.revoked_at is None:
         key.revoked_at = timezone.now()
@@ -285,17 +320,36 @@ def api_key_revoke(*, actor: AnyUser, key: ApiKey) -> ApiKey:
     return key
 
 
+def _check_can_revoke(actor: AnyUser, key: ApiKey) -> None:
+    """Platform staff, the key's own user (through a key: only keys the credential may act
+    for), or an admin of the key's tenant."""
+    p = principal_of(actor)
+    if p.platform_staff:
+        return
+    own = p.authenticated and key.user_id == getattr(p.user, "pk", None)
+    if own and (p.allows(key.tenant_id) if key.tenant_id is not None else not p.via_key):
+        return
+    if key.tenant is None:
+        raise NotFound(_("No such key."))
+    require_role(p, key.tenant, Role.ADMIN)
+
+
 def api_key_authenticate(raw: str) -> ApiKey | None:
     """The live key matching ``raw`` (constant-time compare), recording its last use."""
     parts = raw.split("_", 2)
     if len(parts) != 3 or parts[0] != API_KEY_PREFIX:
         return None
-    key = ApiKey.objects.select_related("user", "tenant").filter(prefix=parts[1]).first()
+    member = Membership.objects.filter(user_id=OuterRef("user_id"),
+                                       tenant_id=OuterRef("tenant_id"))
+    key = (ApiKey.objects.select_related("user", "tenant").annotate(member=Exists(member))
+           .filter(prefix=parts[1]).first())
     if key is None or not secrets.compare_digest(key.secret_hash, hash_secret(raw)):
         return None
     now = timezone.now()
     if key.revoked_at is not None or (key.expires_at is not None and key.expires_at <= now):
         return None
+    if key.tenant_id is not None and not getattr(key, "member", False) and not key.user.is_staff:
+        return None  # its user left the tenant (a key from before revocation on removal)
     if key.last_used_at is None or (now - key.last_used_at).total_seconds() > 60:
         ApiKey.objects.filter(pk=key.pk).update(last_used_at=now)
     return key

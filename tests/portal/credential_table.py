@@ -8,6 +8,9 @@ Credentials (columns, in this order):
 - ``viewer``: a signed-in session of ``a-viewer``.
 - ``removed``: ``ex-admin``, removed from a, presenting both their old session and the API
   key for a they made while they were a member (the API reads the key, pages the session).
+  On every DRF route (``/api/``, not the agent API) that key answers 401 (issue 10.7: a key whose user no
+  longer belongs to its tenant does not authenticate), whatever the column says; the
+  column holds for the other routes (pages, the agent API).
 
 Objects named in URLs belong to tenant a. A write that a credential is refused (an error
 status, the sign-in redirect, the removed member's "no tenant" page) must leave its object

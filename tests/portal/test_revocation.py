@@ -11,10 +11,11 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.db import DatabaseError
 
 from portal.core.errors import ApplicationError
 from portal.fleet.models import NodeDesiredState
-from portal.leasing import access_push, services
+from portal.leasing import access_push, desired, services, tasks
 from portal.leasing.models import Lease
 from portal.tenants import services as tenant_services
 from portal.tenants.models import Membership, Role, SshPublicKey
@@ -235,3 +236,38 @@ def test_admin_site_edits_reach_the_hosts(
             "initial-date_joined_0": "2026-11-01", "initial-date_joined_1": "09:00:00"})
     assert response.status_code == 302, response.content[:3000]
     assert world["alice_key"] not in keys_on_hosts(world["lease"])
+
+
+# --- issue 10.2: the reconciler re-pushes what a failed access push left behind ---------
+
+def _failing_push(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(node: Any) -> int:
+        raise DatabaseError("simulated: the node's desired-state row is locked away")
+    monkeypatch.setattr(desired, "push_node", refuse)
+
+
+def test_reconciler_repairs_a_failed_access_push(
+        world: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+        django_capture_on_commit_callbacks: Any) -> None:
+    lease = world["lease"]
+    with monkeypatch.context() as patch:
+        _failing_push(patch)
+        with django_capture_on_commit_callbacks(execute=True):
+            tenant_services.membership_remove(actor=world["adam"], member=member(world, "ann"))
+    assert world["ann_key"] in keys_on_hosts(lease)  # the push failed: only logged
+    nodes = access_push.nodes_of_tenants([world["a"].pk])
+    assert nodes
+    with django_capture_on_commit_callbacks(execute=True):
+        counts = tasks.reconcile_once()
+    assert counts["repushed"] == len(nodes)
+    assert world["ann_key"] not in keys_on_hosts(lease)
+    assert world["alice_key"] in keys_on_hosts(lease)
+
+
+def test_reconciler_leaves_nodes_in_sync_alone(
+        world: dict[str, Any], django_capture_on_commit_callbacks: Any) -> None:
+    before = {d.node_id: (d.generation, d.updated) for d in NodeDesiredState.objects.all()}
+    with django_capture_on_commit_callbacks(execute=True):
+        assert tasks.repush_drifted_nodes() == 0
+    assert {d.node_id: (d.generation, d.updated)
+            for d in NodeDesiredState.objects.all()} == before

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 
 from portal.core import clock
 from portal.core.errors import PermissionDenied
@@ -35,6 +35,7 @@ from portal.tenants.access import AnyUser, is_staff
 
 DEFAULT_OVERLAP_S = 3600
 DEFAULT_ENROL_RETRY_S = 600
+ENROL_LOCK = 0x656E726F  # "enro": advisory lock class for one host name's enrolment
 _PATTERN_RE = re.compile(r"^[A-Za-z0-9.*?\[\]!-]{1,253}$")
 
 
@@ -88,10 +89,12 @@ def agent_enrol(*, body: dict[str, Any], remote_addr: str = "") -> Enrolment:
     take over an enrolled agent's identity is held for an operator (``pending``).
     ``body`` has been validated against ``protocol.ENROL``."""
     now = clock.now()
+    body = {**body, "hostname": normal_hostname(body["hostname"])}
     token = (BootstrapToken.objects.select_for_update(of=("self",)).select_related("used_by")
              .filter(token_hash=digest(body["bootstrap_token"])).first())
     if token is None:
         raise _refused()
+    _lock_hostname(body["hostname"])
     held = EnrolmentRequest.objects.select_for_update().filter(token=token).first()
     if held is not None and held.state != EnrolmentRequest.State.COMPLETED:
         if (answer := approval.held_enrolment(request=held, body=body, now=now)) is not None:
@@ -113,11 +116,26 @@ def agent_enrol(*, body: dict[str, Any], remote_addr: str = "") -> Enrolment:
     return _complete(token, _attach(body), body, now)
 
 
+def normal_hostname(hostname: str) -> str:
+    """Host names are case-insensitive (RFC 4343): ``GPU-NODE-01`` is ``gpu-node-01``."""
+    return hostname.strip().lower()
+
+
+def _lock_hostname(hostname: str) -> None:
+    """Serialise enrolments of one host name (two first-time enrolments racing each other
+    with different tokens): the second sees the first one's agent once it commits, and is
+    held as a takeover instead of failing on the unique host name."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))",
+                        [ENROL_LOCK, hostname])
+
+
 def _check_binding(token: BootstrapToken, body: dict[str, Any]) -> None:
     if token.role != body["role"]:
         raise AgentError("enrolment_refused", f"this bootstrap token enrols {token.role} agents",
                          [{"field": "role", "problem": "not allowed by this bootstrap token"}])
-    if not token.hostname_pattern or not fnmatch.fnmatchcase(body["hostname"].lower(),
+    if not token.hostname_pattern or not fnmatch.fnmatchcase(body["hostname"],
                                                              token.hostname_pattern):
         raise AgentError("enrolment_refused", "this bootstrap token is not valid for "
                          "this host name", [{"field": "hostname",
@@ -127,9 +145,10 @@ def _check_binding(token: BootstrapToken, body: dict[str, Any]) -> None:
 def _existing_agent(body: dict[str, Any]) -> Agent | None:
     """The agent whose identity this enrolment would attach to (none yet: a new host)."""
     if body["role"] == Role.NODE:
-        return Agent.objects.select_for_update().filter(node__hostname=body["hostname"]).first()
+        return Agent.objects.select_for_update().filter(
+            node__hostname__iexact=body["hostname"]).first()
     return Agent.objects.select_for_update().filter(role=Role.FABRIC,
-                                                    hostname=body["hostname"]).first()
+                                                    hostname__iexact=body["hostname"]).first()
 
 
 def _has_identity(agent: Agent) -> bool:
@@ -143,7 +162,7 @@ def _attach(body: dict[str, Any]) -> Agent:
                                   inventory=body.get("inventory") or {})
         NodeHealth.objects.get_or_create(node=node)
         return agent_for_node(node=node)
-    return Agent.objects.filter(role=Role.FABRIC, hostname=body["hostname"]).first() \
+    return Agent.objects.filter(role=Role.FABRIC, hostname__iexact=body["hostname"]).first() \
         or Agent.objects.create(agent_id=new_agent_id(), role=Role.FABRIC,
                                 hostname=body["hostname"])
 
@@ -174,7 +193,7 @@ def _is_retry(token: BootstrapToken, body: dict[str, Any], now: datetime) -> boo
     grace = timedelta(seconds=getattr(settings, "GPUPOOL_AGENT_ENROL_RETRY_S",
                                       DEFAULT_ENROL_RETRY_S))
     return (agent is not None and token.used_at is not None and now - token.used_at <= grace
-            and agent.last_seen is None and agent.hostname == body["hostname"]
+            and agent.last_seen is None and agent.hostname.lower() == body["hostname"]
             and agent.role == body["role"]
             and agent.machine_id == str(body.get("machine_id") or "")[:64])
 

@@ -27,7 +27,7 @@ from portal.fleet.models import (
     PortTelemetry,
 )
 from portal.fleet.models.agents import Role
-from portal.fleet.services import health
+from portal.fleet.services import cleaning, health
 from portal.fleet.services.samples import gpu_samples, port_samples
 from portal.inventory.models import Node
 
@@ -141,6 +141,9 @@ def _node_report(node: Node, body: dict[str, Any], newest: bool) -> bool:
     health.evaluate(node=node, gpus={k: v[1] for k, v in fresh_gpus.items()},
                     prev_gpus=prev_gpus, ports={k: v[1] for k, v in fresh_ports.items()},
                     prev_ports=prev_ports, xid_events=xids)
+    if newest:  # before the convergence hook: nothing waiting on an unclean GPU activates
+        cleaning.unclean_reported(node=node, observed=body["observed"],
+                                  previous=cleaning.previous_observed(node))
     return newest and _node_observed(node, body["observed"])
 
 

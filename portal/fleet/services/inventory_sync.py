@@ -6,8 +6,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db import IntegrityError, transaction
+
+from portal.fleet.errors import AgentError
 from portal.inventory.catalog import CATALOG, nvlink_domain
-from portal.inventory.models import Gpu, HcaPort, Node
+from portal.inventory.models import Gpu, HcaPort, Node, StorageEndpoint
 
 log = logging.getLogger(__name__)
 _BY_DISPLAY = {m.display.lower(): m.name for m in CATALOG.values()}
@@ -38,14 +41,29 @@ def guid_hex(text: str) -> str:
 
 def node_for_enrolment(*, hostname: str, inventory: dict[str, Any]) -> Node:
     host = inventory.get("host") if isinstance(inventory.get("host"), dict) else {}
-    node = Node.objects.select_for_update().filter(hostname=hostname).first()
-    if node is None:
-        node = Node.objects.create(
-            hostname=hostname, cpu_milli=int(host.get("cpus") or 0) * 1000,
-            memory_mib=int(host.get("memory_total_bytes") or 0) // 2**20)
+    node = _node(hostname.lower(), host)
     _sync_gpus(node, [g for g in inventory.get("gpus") or [] if isinstance(g, dict)])
     _sync_ports(node, [p for p in inventory.get("ib_ports") or [] if isinstance(p, dict)])
     return node
+
+
+def _node(hostname: str, host: dict[str, Any]) -> Node:
+    """The node named ``hostname`` (any case), locked; created if new. A concurrent
+    creation of the same name (IntegrityError) is answered by the row it committed."""
+    named = Node.objects.select_for_update().filter(hostname__iexact=hostname).order_by("pk")
+    found = named.first()
+    if found is not None:
+        return found
+    try:
+        with transaction.atomic():
+            return Node.objects.create(
+                hostname=hostname, cpu_milli=int(host.get("cpus") or 0) * 1000,
+                memory_mib=int(host.get("memory_total_bytes") or 0) // 2**20)
+    except IntegrityError:
+        found = named.first()
+        if found is None:
+            raise
+        return found
 
 
 def _sync_gpus(node: Node, gpus: list[dict[str, Any]]) -> None:
@@ -80,7 +98,28 @@ def _sync_gpus(node: Node, gpus: list[dict[str, Any]]) -> None:
             node.save(update_fields=["gpu_model"])
 
 
+def _claimed_guids(node: Node, guids: list[str]) -> set[str]:
+    """Port GUIDs that already belong to another node or to a storage endpoint: an
+    enrolling host may not take them (it would join that node's tenant partitions)."""
+    taken = set(HcaPort.objects.filter(port_guid__in=guids, node__isnull=False)
+                .exclude(node=node).values_list("port_guid", flat=True))
+    return taken | set(StorageEndpoint.objects.filter(port_guid__in=guids)
+                       .values_list("port_guid", flat=True))
+
+
+def _check_ports(node: Node, ports: list[dict[str, Any]]) -> None:
+    guids = [str(p.get("port_guid") or "").lower() for p in ports]
+    taken = _claimed_guids(node, guids)
+    if taken:
+        raise AgentError("invalid_request", "an HCA port GUID of this host already belongs "
+                         "to another node; an operator must remove it there first", [
+                             {"field": f"inventory.ib_ports[{i}].port_guid",
+                              "problem": "belongs to another node"}
+                             for i, guid in enumerate(guids) if guid in taken])
+
+
 def _sync_ports(node: Node, ports: list[dict[str, Any]]) -> None:
+    _check_ports(node, ports)
     for item in ports:
         port_guid = str(item.get("port_guid") or "").lower()
         if len(port_guid) != 18 or not port_guid.startswith("0x"):
