@@ -230,6 +230,12 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
     return fleet.summary(time.monotonic() - started)
 
 
+def parser_for_tests() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="simfleet")
+    add_arguments(p)
+    return p
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m agents.simfleet", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -22,6 +22,18 @@ from typing import Any
 from tests.portal.leasing.stack import PYTHON, ROOT, Stack
 
 
+def commits_per_s(stack: Stack, seconds: float) -> float:
+    """Committed transactions per second in the stack's database (our two excluded)."""
+    sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = %s"
+    with stack.connect() as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        c0 = conn.execute(sql, [stack.db_name]).fetchone()[0]
+        time.sleep(seconds)
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        c1 = conn.execute(sql, [stack.db_name]).fetchone()[0]
+    return float(c1 - c0 - 2) / seconds
+
+
 def write_inventory(stack: Stack, path: Path) -> int:
     """hostname -> the ports and GPU UUIDs the portal's inventory holds (agent identities)."""
     inv: dict[str, dict[str, list[Any]]] = {}
@@ -103,8 +115,9 @@ class HttpFleet:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGUSR1)
 
-    def idle_queries(self, timeouts: int = 2) -> dict[str, float]:
-        """Reports paused; committed transactions per agent per long-poll timeout."""
+    def idle_queries(self, timeouts: int = 2, baseline_per_s: float = 0.0) -> dict[str, float]:
+        """Reports paused; committed transactions per agent per long-poll timeout, all of
+        them and net of ``baseline_per_s`` (the stack's own, measured before any agent)."""
         self.pause_reports()
         first = self.counts()
         timeout_s = float(first.get("long_poll_s") or 30)
@@ -117,9 +130,11 @@ class HttpFleet:
             conn.execute("SELECT pg_stat_clear_snapshot()")
             c1, p1 = conn.execute(sql, [self.stack.db_name]).fetchone()[0], self.counts()
         commits = c1 - c0 - 2  # our own two statements
+        net = commits - baseline_per_s * timeout_s * timeouts
         polls = p1.get("long_polls", 0) - p0.get("long_polls", 0)
         reports = p1.get("reports", 0) - p0.get("reports", 0)
         return {"window_s": timeout_s * timeouts, "timeout_s": timeout_s, "commits": commits,
-                "long_polls": polls, "reports": reports,
+                "net": net, "long_polls": polls, "reports": reports,
                 "per_agent_per_timeout": commits / self.nodes / timeouts,
-                "per_long_poll": commits / polls if polls else 0.0}
+                "net_per_agent_per_timeout": net / self.nodes / timeouts,
+                "net_per_long_poll": net / polls if polls else 0.0}
