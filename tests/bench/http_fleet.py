@@ -65,6 +65,7 @@ class HttpFleet:
     nodes: int
     report_interval_s: float
     apply_delay_s: float
+    long_poll_s: int = 0  # 0: the timeout the portal gives at enrolment
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -79,7 +80,8 @@ class HttpFleet:
         argv = [PYTHON, "-m", "agents.simfleet", "--portal", self.stack.base_url,
                 "--nodes", str(self.nodes), "--tokens-file", str(tokens),
                 "--inventory", str(inventory), "--report-interval", str(self.report_interval_s),
-                "--apply-delay", str(self.apply_delay_s), "--summary", str(self.summary_path)]
+                "--apply-delay", str(self.apply_delay_s), "--long-poll", str(self.long_poll_s),
+                "--summary", str(self.summary_path)]
         self.proc = self.stack._spawn("simfleet", argv, {**self.stack.env(),
                                                           "PYTHONPATH": str(ROOT)})
         return time.perf_counter() - began

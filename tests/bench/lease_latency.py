@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="seconds between a simulated agent's regular reports")
     p.add_argument("--apply-delay", type=float, default=0.1,
                    help="seconds from desired state received to converged (agent + SM)")
+    p.add_argument("--long-poll", type=int, default=0,
+                   help="simulated agents' long-poll seconds (0: the portal's, 30)")
     p.add_argument("--idle-timeouts", type=int, default=2,
                    help="long-poll timeouts to measure the idle query rate over (0: skip)")
     p.add_argument("--task-times", action="store_true",
@@ -94,12 +96,13 @@ def main(argv: list[str] | None = None) -> int:
                 baseline = commits_per_s(stack, 30.0)
                 print(f"stack alone (beat + workers, no agent yet): {baseline:.1f} commits/s",
                       flush=True)
-            fleet = HttpFleet(stack, o.nodes, o.report_interval, o.apply_delay)
+            fleet = HttpFleet(stack, o.nodes, o.report_interval, o.apply_delay, o.long_poll)
             issued = fleet.start()
             enrolled = fleet.wait_enrolled(timeout=max(300.0, o.nodes * 0.5))
             print(f"HTTP agent simulator: {o.nodes} agents (tokens + inventory {issued:.1f} s), "
                   f"all enrolled and reporting in {enrolled:.1f} s; reports every "
-                  f"{o.report_interval:g} s, apply delay {o.apply_delay:g} s; "
+                  f"{o.report_interval:g} s, apply delay {o.apply_delay:g} s, long-poll "
+                  f"{o.long_poll or 30} s; "
                   f"load {_load()}", flush=True)
         else:
             print("in-DB agent shortcut (GPUPOOL_SIMULATED_AGENTS=1): the demo path, not "
