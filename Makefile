@@ -59,9 +59,15 @@ bench-cluster: $(STAMP)
 bench-ingest: $(STAMP)
 	DATABASE_URL=$(BENCH_DB) $(PY) -m tests.bench.ingest --nodes 1000 --seconds 120
 
+# agents over HTTP (agents.simfleet, GPUPOOL_SIMULATED_AGENTS=0): the production path
 bench-latency: $(STAMP)
-	$(PY) -m tests.bench.lease_latency --nodes 64
 	$(PY) -m tests.bench.lease_latency --nodes 1000
+	$(PY) -m tests.bench.lease_latency --nodes 10000 --report-interval 600 --long-poll 60 \
+	  --orders 20 --idle-timeouts 1
+
+.PHONY: bench-latency-demo
+bench-latency-demo: $(STAMP)
+	$(PY) -m tests.bench.lease_latency --agents in-db --nodes 1000
 
 .PHONY: bench-real-agents
 bench-real-agents: $(STAMP)

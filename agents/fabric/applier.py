@@ -1,4 +1,9 @@
-"""Applies the partition map through a FabricManager, verifies, and reports drift."""
+"""Applies the partition map through a FabricManager, verifies, and reports drift.
+
+Verification re-reads the fabric at short, growing intervals (``verify_step_s`` doubling
+up to ``verify_max_step_s``, for at most ``verify_timeout_s``), like the node agent's
+convergence watch: the SM usually programs the ports within a sweep (tenths of a second),
+and every step waited past that is latency on the way to ACTIVE and to ENDED."""
 
 from __future__ import annotations
 
@@ -15,8 +20,10 @@ log = logging.getLogger("agents.fabric")
 
 class FabricApplier:
     def __init__(self, manager: FabricManager, verify_timeout_s: float = 30.0,
-                 sleep: Callable[[float], None] = time.sleep) -> None:  # fmt: skip
+                 sleep: Callable[[float], None] = time.sleep,
+                 verify_step_s: float = 0.05, verify_max_step_s: float = 0.5) -> None:  # fmt: skip
         self.manager, self.verify_timeout_s, self.sleep = manager, verify_timeout_s, sleep
+        self.verify_step_s, self.verify_max_step_s = verify_step_s, verify_max_step_s
         self._lock = threading.RLock()
         self.generation_applied = 0
         self.generation_seen = 0
@@ -57,6 +64,7 @@ class FabricApplier:
 
     def verify(self) -> list[dict[str, str]]:
         deadline = time.monotonic() + self.verify_timeout_s
+        step = self.verify_step_s
         while True:
             try:
                 actual = self.manager.read_back(self._guids)
@@ -71,7 +79,8 @@ class FabricApplier:
                                "actual": f"{type(exc).__name__}: {exc}"}]  # fmt: skip
             if not self.drift or time.monotonic() >= deadline:
                 return self.drift
-            self.sleep(1.0)
+            self.sleep(step)
+            step = min(step * 2, self.verify_max_step_s)
 
     def observed(self) -> dict[str, Any]:
         with self._lock:

@@ -367,3 +367,41 @@ def test_key_not_at_index_0_is_reported_as_drift(tmp_path: Path) -> None:
         {"pkey": "0x0101", "guid": A1, "expected": "index0", "actual": "index0 0x7fff"}]
     tables[A1] = "   0: 0x8101 0x7fff\n"
     assert applier.verify() == []
+
+
+class SlowSm(FakeFabric):
+    """An SM that programs the ports only after ``reads_until_set`` read-backs."""
+
+    def __init__(self, reads_until_set: int) -> None:
+        super().__init__()
+        self.reads_until_set = reads_until_set
+
+    def read_back(self, guids: set[str]) -> dict[int, dict[str, str]]:
+        if self.reads_until_set > 0:
+            self.reads_until_set -= 1
+            return {}
+        return super().read_back(guids)
+
+
+def test_fabric_verify_rereads_at_short_growing_intervals() -> None:
+    """Finding (issue 12): the verify loop slept 1 s between read-backs, so a partition the
+    SM set in 0.1 s was reported applied after 1 s (and a release waited as long)."""
+    slept: list[float] = []
+    sm = SlowSm(reads_until_set=3)
+    applier = FabricApplier(sm, verify_timeout_s=30, sleep=slept.append)
+    applier.apply({"generation": 2, "partitions": [
+        {"name": "tenant_a", "pkey": "0x0101", "members": [{"guid": A1, "membership": "full"}]}]})
+    assert applier.observed()["generation_applied"] == 2
+    assert applier.observed()["drift"] == []
+    assert slept == [0.05, 0.1, 0.2]  # the old loop: [1.0, 1.0, 1.0]
+    assert sum(slept) < 0.5
+
+
+def test_fabric_verify_steps_are_capped() -> None:
+    slept: list[float] = []
+    applier = FabricApplier(SlowSm(reads_until_set=7), verify_timeout_s=30,
+                            sleep=slept.append, verify_step_s=0.1, verify_max_step_s=0.3)
+    applier.apply({"generation": 1, "partitions": [
+        {"name": "tenant_a", "pkey": "0x0101", "members": [{"guid": A1, "membership": "full"}]}]})
+    assert slept == pytest.approx([0.1, 0.2, 0.3, 0.3, 0.3, 0.3, 0.3])
+    assert applier.observed()["generation_applied"] == 1

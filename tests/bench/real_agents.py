@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -84,9 +85,10 @@ def _manage(stack: Stack, *args: str) -> str:
     return out.stdout
 
 
-def _tokens(stack: Stack, role: str, count: int) -> list[str]:
-    return _manage(stack, "agent_token", "create", "--role", role, "--count",
-                   str(count)).split()
+def _tokens(stack: Stack, role: str, count: int, hostname: str) -> list[str]:
+    """One-time bootstrap tokens bound to ``hostname`` (a name or an fnmatch pattern)."""
+    return _manage(stack, "agent_token", "create", "--role", role, "--hostname", hostname,
+                   "--count", str(count)).split()
 
 
 def _hosts(stack: Stack, base: Path) -> list[NodeHost]:
@@ -123,14 +125,14 @@ def _agent_config(path: Path, url: str, token: str, root: Path, role: str,
 
 def _start_agents(stack: Stack, hosts: list[NodeHost], base: Path, ibsim: Ibsim | None) -> None:
     env = {**(ibsim.env if ibsim else stack.env()), "GPUPOOL_AGENT_PORTAL_TIMEOUT_S": "40"}
-    for host, token in zip(hosts, _tokens(stack, "node", len(hosts)), strict=True):
+    for host, token in zip(hosts, _tokens(stack, "node", len(hosts), "node-*"), strict=True):
         cfg = _agent_config(host.root / "agent.toml", stack.base_url, token, host.root, "node")
         stack._spawn(f"agent-{host.hostname}", [PYTHON, "-m", "agents", "node", "--config",
                                                 str(cfg)], env)
     fabric = base / "fabric"
     FakeSysfsWriter(fabric / "sys")
     write_fake_proc(fabric / "proc", "sm-host", cpus=2, mem_gib=1)
-    cfg = _agent_config(fabric / "fabric.toml", stack.base_url, _tokens(stack, "fabric", 1)[0],
+    cfg = _agent_config(fabric / "fabric.toml", stack.base_url, _tokens(stack, "fabric", 1, "sm-host")[0],
                         fabric, "fabric", ibsim.fabric_config() if ibsim else "")
     argv = [PYTHON, "-m", "agents", "fabric", "--config", str(cfg)]
     if ibsim is not None:  # its smpquery calls run under ibsim-run: keep sys-<pid>/ there
@@ -199,7 +201,10 @@ class OpenSmBridge(SubnetManager):
         self.fabric = fabric
 
     def tables(self, document: dict[str, Any]) -> dict[str, list[int]]:
-        return {g: self.fabric.pkeys(g) for g in self.by_guid}
+        # all ports at once: read one by one, the copy itself lagged by 8 × smpquery
+        with ThreadPoolExecutor(len(self.by_guid) or 1) as pool:
+            return dict(zip(self.by_guid, pool.map(self.fabric.pkeys, self.by_guid),
+                            strict=True))
 
 
 def _write_table(host: NodeHost, device: str, port: int, keys: list[int]) -> None:
