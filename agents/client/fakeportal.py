@@ -320,7 +320,8 @@ def _body(request: httpx.Request, spec: protocol.schema.Spec, code: str) -> dict
     try:
         body = json.loads(request.content or b"null")
     except ValueError:
-        raise _Refusal(_err("invalid_json", "body is not valid JSON")) from None
+        raise _Refusal(_err("invalid_json", "body is not valid JSON",
+                            [{"field": "$", "problem": "not valid UTF-8 JSON"}])) from None
     if not isinstance(body, dict):
         raise _Refusal(_err("invalid_json", "body is not a JSON object"))
     if "protocol" in body and body["protocol"] != protocol.PROTOCOL_VERSION:
