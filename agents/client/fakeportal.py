@@ -41,6 +41,7 @@ class FakeToken:
     hostname: str = "*"  # fnmatch pattern, lower case
     role: str | None = None  # None: either role (the portal's tokens always name one)
     allow_reenrol: bool = False
+    enrolled: dict[str, float] = field(default_factory=dict)  # node_id -> when
 
 
 @dataclass
@@ -57,6 +58,7 @@ class FakeNode:
     node_id: str
     hostname: str
     role: str
+    machine_id: str = ""
     credential_hashes: dict[str, float] = field(default_factory=dict)  # hash -> valid until
     seqs: set[int] = field(default_factory=set)
     reports: list[dict[str, Any]] = field(default_factory=list)
@@ -73,6 +75,7 @@ class FakePortal:
         self.holds: dict[str, FakeHold] = {}  # bootstrap token -> held takeover
         self.nodes: dict[str, FakeNode] = {}
         self.pending_retry_s = 60
+        self.enrol_retry_s = 600.0  # GPUPOOL_AGENT_ENROL_RETRY_S
         self.rate_limit: dict[str, float] | None = None  # GPUPOOL_AGENT_RATE_LIMIT's keys
         self._buckets: dict[str, float] = {}  # secret digest -> theoretical arrival time
         self.up = True
@@ -125,7 +128,9 @@ class FakePortal:
         self.request_count += 1
         path = request.url.path
         try:
-            if path == protocol.ENROL_PATH and request.method == "POST":
+            if (allowed := _allowed_method(path)) and request.method != allowed:
+                return httpx.Response(405, headers={"Allow": allowed})
+            if path == protocol.ENROL_PATH:
                 return self._enrol(request)
             parts = path.removeprefix(protocol.API_PREFIX + "/nodes/").split("/")
             if len(parts) != 2 or not path.startswith(protocol.API_PREFIX + "/nodes/"):
@@ -155,13 +160,27 @@ class FakePortal:
             if hold is not None:
                 return self._held(hold, token, body)
             if grant.uses <= 0:
-                raise _refused()
+                return self._retry(grant, body)
             _check_binding(grant, body)
             if self._enrolled(body) is not None and not grant.allow_reenrol:
                 self.holds[token] = FakeHold(body["hostname"], body["role"])
                 raise self._pending()
             grant.uses -= 1  # consumed by this enrolment
-            return self._complete(body)
+            response = self._complete(body)
+            grant.enrolled[response.json()["node_id"]] = self.clock()
+            return response
+
+    def _retry(self, grant: FakeToken, body: dict[str, Any]) -> httpx.Response:
+        """A used token again: the same host whose first answer was lost (it never
+        reported) within ``enrol_retry_s`` gets a fresh credential, others 401."""
+        key = (body["hostname"], body["role"], str(body.get("machine_id") or ""))
+        for node_id, when in grant.enrolled.items():
+            node = self.nodes.get(node_id)
+            if node is not None and not node.seqs and self.clock() - when <= self.enrol_retry_s \
+                    and (node.hostname, node.role, node.machine_id) == key:
+                node.credential_hashes.clear()  # the lost answer's credential is revoked
+                return self._answer(node, self._credential(node))
+        raise _refused()
 
     def _held(self, hold: FakeHold, token: str, body: dict[str, Any]) -> httpx.Response:
         if (hold.hostname, hold.role) != (body["hostname"], body["role"]):
@@ -187,14 +206,21 @@ class FakePortal:
                      if (n.hostname, n.role) == (body["hostname"], body["role"])), None)
 
     def _complete(self, body: dict[str, Any]) -> httpx.Response:
-        node_id = "nd_" + secrets.token_hex(8)
+        node = FakeNode("nd_" + secrets.token_hex(8), body["hostname"], body["role"],
+                        str(body.get("machine_id") or ""))
+        self.nodes[node.node_id] = node
+        return self._answer(node, self._credential(node))
+
+    def _credential(self, node: FakeNode) -> str:
         credential = "gpn_" + secrets.token_urlsafe(32)
-        node = FakeNode(node_id, body["hostname"], body["role"])
         node.credential_hashes[_hash(credential)] = float("inf")
-        self.nodes[node_id] = node
+        return credential
+
+    def _answer(self, node: FakeNode, credential: str) -> httpx.Response:
         return httpx.Response(201, json={
-            "protocol": protocol.PROTOCOL_VERSION, "node_id": node_id, "credential": credential,
-            "heartbeat_interval_s": self.heartbeat_interval_s, "long_poll_timeout_s": 30,
+            "protocol": protocol.PROTOCOL_VERSION, "node_id": node.node_id,
+            "credential": credential, "heartbeat_interval_s": self.heartbeat_interval_s,
+            "long_poll_timeout_s": 30,
         })  # fmt: skip
 
     def _throttle(self, scope: str, secret: str) -> None:
@@ -297,6 +323,17 @@ class _Refusal(Exception):
     def details(self) -> list[protocol.Problem]:
         details: list[protocol.Problem] = self.response.json()["error"]["details"]
         return details
+
+
+def _allowed_method(path: str) -> str | None:
+    """The one method of an endpoint (any other is 405, as Django's views answer)."""
+    if path == protocol.ENROL_PATH:
+        return "POST"
+    prefix = protocol.API_PREFIX + "/nodes/"
+    parts = path.removeprefix(prefix).split("/") if path.startswith(prefix) else []
+    if len(parts) != 2:
+        return None
+    return {"reports": "POST", "credential": "POST", "desired-state": "GET"}.get(parts[1])
 
 
 def _refused() -> _Refusal:

@@ -1,8 +1,8 @@
 """Contract test (issue 12): one agent scenario against the fake portal and the real one.
 
-The same requests — enrol, long-poll the desired state, apply it, report, rotate the
+The same requests — enrol (and its retry after a lost answer), long-poll the desired state, apply it, report, rotate the
 credential, and the refusals (400 with field paths, 401, 403, 404, 409 pending_approval
-and 429, both with ``Retry-After``) — go over loopback HTTP once to
+and 429, both with ``Retry-After``; 405 for a wrong method) — go over loopback HTTP once to
 ``agents.client.fakeportal`` and once to the Django portal (``live_server``). Every answer
 is reduced to its status, its body's shape (keys and JSON types; error codes, field paths
 and problems kept as values) and its ``Retry-After`` (messages are prose: only their type counts), and the two transcripts must be
@@ -196,12 +196,16 @@ def scenario(side: Side) -> list[Entry]:
     _refused_enrolments(agent, side)
     token = side.token(HOST)
     agent.enrol("enrol", token)
+    _lost_answer(agent, token)
     generation = _desired_state(agent, side)
     _reports(agent, generation)
     _rotation(agent, generation)
     agent.enrol("bootstrap token used again", token)
     _takeover(agent, side)
     _rate_limit(agent, side)
+    agent.record("enrol: GET", agent.http.get(protocol.ENROL_PATH))
+    agent.record("reports: GET", agent.http.get(
+        protocol.REPORTS_PATH.format(node_id=agent.node_id), headers=agent._auth(None)))
     agent.record("unknown endpoint", agent.http.get(protocol.API_PREFIX + "/nodes/x/nothing"))
     agent.http.close()
     return agent.transcript
@@ -216,6 +220,15 @@ def _refused_enrolments(agent: Agent, side: Side) -> None:
     agent.enrol("enrol: unknown token", "gpb_" + secrets.token_urlsafe(24))
     agent.enrol("enrol: another host", side.token(HOST), hostname="gpu-node-02")
     agent.enrol("enrol: another role", side.token(HOST), role="fabric")
+
+
+def _lost_answer(agent: Agent, token: str) -> None:
+    """The first answer never reached the host: the same token again, before any report,
+    enrols the same node with a fresh credential and revokes the lost one."""
+    node_id, lost = agent.node_id, agent.credential
+    agent.enrol("enrol: retry before the first report", token)
+    assert agent.node_id == node_id and agent.credential != lost
+    agent.desired("desired: the lost answer's credential", -1, 0, credential=lost)
 
 
 def _desired_state(agent: Agent, side: Side) -> int:
@@ -292,6 +305,8 @@ EXPECTED = [
     ("enrol: not JSON", 400), ("enrol: not an object", 400), ("enrol: protocol 2", 400),
     ("enrol: field problems", 400), ("enrol: unknown token", 401),
     ("enrol: another host", 403), ("enrol: another role", 403), ("enrol", 201),
+    ("enrol: retry before the first report", 201),
+    ("desired: the lost answer's credential", 401),
     ("desired: nothing yet", 204), ("desired: bad query", 400),
     ("desired: long-poll woken", 200), ("desired: nothing newer", 204),
     ("desired: bad credential", 401), ("report: applied", 200), ("report: again", 200),
@@ -303,7 +318,8 @@ EXPECTED = [
     ("takeover: held", 409), ("takeover: still held", 409), ("takeover: approved", 201),
     ("report: the replaced credential", 401), ("takeover: held again", 409),
     ("takeover: denied", 403), ("enrol: within the limit", 401),
-    ("enrol: over the limit", 429), ("unknown endpoint", 404),
+    ("enrol: over the limit", 429), ("enrol: GET", 405), ("reports: GET", 405),
+    ("unknown endpoint", 404),
 ]
 
 
