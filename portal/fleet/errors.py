@@ -18,5 +18,5 @@ class AgentError(ApplicationError):
         self.details = details or []
         self.retry_after = retry_after
 
-    def body(self) -> dict[str, object]:
+    def body(self) -> protocol.ErrorBody:
         return protocol.error_body(self.code, self.message, self.details)

@@ -17,11 +17,12 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonR
 from django.views.decorators.csrf import csrf_exempt
 
 from portal.core.errors import ApplicationError
-from portal.fleet import jsonbody, protocol, schema, selectors, wakeup
+from portal.fleet import jsonbody, protocol, selectors, wakeup
 from portal.fleet.api.auth import agent_auth
 from portal.fleet.api.dbthread import run_db
 from portal.fleet.api.throttle import throttle
 from portal.fleet.errors import AgentError
+from portal.fleet.protocol import schema
 from portal.fleet.services.enrolment import agent_enrol, credential_rotate
 from portal.fleet.services.ingest import report_ingest
 
@@ -36,7 +37,7 @@ def _error(exc: ApplicationError) -> JsonResponse:
     if isinstance(exc, AgentError):
         response = JsonResponse(exc.body(), status=exc.status_code)
         if exc.retry_after is not None:
-            response["Retry-After"] = str(exc.retry_after)
+            response[protocol.RETRY_AFTER_HEADER] = str(exc.retry_after)
         return response
     details = [{"field": f, "problem": "; ".join(m)} for f, m in exc.fields.items()]
     return JsonResponse(protocol.error_body(exc.code, exc.message, details),

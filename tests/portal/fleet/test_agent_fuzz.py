@@ -188,7 +188,7 @@ def test_fuzz_credential_never_500(enrolled: AgentClient, data: st.DataObject) -
 @given(data=st.data(), which=st.sampled_from(["report", "enrol"]))
 def test_schema_fast_path_agrees_with_the_full_validation(data: st.DataObject,
                                                           which: str) -> None:
-    from portal.fleet import schema
+    from agents.protocol import schema
 
     if which == "report":
         spec, body = protocol.REPORT, report("nd_0123456789abcdef", 3, telemetry=[

@@ -1,11 +1,11 @@
-"""A small declarative schema for the agent API's request bodies and query strings.
+"""A small declarative schema for the wire protocol's bodies and query strings (stdlib only).
 
-Every agent endpoint declares its input once (``portal.fleet.protocol``) with these
-specs; :func:`problems` walks a parsed body (``portal.fleet.jsonbody``) against one and
-lists ``{field, problem}`` with the dotted ``[i]`` paths of §4. Each spec carries the
-bounds of where the value ends up (PostgreSQL ``smallint``/``integer``/``bigint``
-columns, ``varchar(n)``, finite ``float``), so a value that passes can be stored without
-a database error.
+Every message is declared once (``agents.protocol.bodies``) with these specs;
+:func:`problems` walks a parsed body against one and lists ``{field, problem}`` with the
+dotted ``[i]`` paths of §4. Each spec carries the bounds of where the value ends up on
+the portal (PostgreSQL ``smallint``/``integer``/``bigint`` columns, ``varchar(n)``,
+finite ``float``), so a value that passes can be stored without a database error, and an
+agent that checks its own report with the same spec never sends one the portal refuses.
 """
 
 from __future__ import annotations

@@ -1,0 +1,37 @@
+"""Protocol v1 on the wire: version, paths, headers, limits and error codes (stdlib only).
+
+docs/agent-protocol.md is the prose; every name here is shared by the agent, the
+portal (``portal.fleet.protocol``) and the fake portal (``agents.client.fakeportal``).
+"""
+
+from __future__ import annotations
+
+PROTOCOL_VERSION = 1
+API_PREFIX = "/api/agent/v1"
+ENROL_PATH = f"{API_PREFIX}/enrol"
+REPORTS_PATH = API_PREFIX + "/nodes/{node_id}/reports"
+DESIRED_STATE_PATH = API_PREFIX + "/nodes/{node_id}/desired-state"
+CREDENTIAL_PATH = API_PREFIX + "/nodes/{node_id}/credential"
+AUTH_HEADER = "Authorization"  # "Bearer <credential>"
+RETRY_AFTER_HEADER = "Retry-After"  # whole seconds, on 429 and 409 pending_approval
+MAX_LONG_POLL_S = 60
+MAX_TELEMETRY_PER_REPORT = 120
+
+ROLES = ("node", "fabric")
+MEMBERSHIPS = ("full", "limited")
+# §4: every refusal is {"error": {"code", "message", "details"}} with this status
+ERROR_CODES = {
+    "invalid_json": 400,
+    "invalid_report": 400,
+    "invalid_request": 400,
+    "unsupported_protocol": 400,
+    "invalid_bootstrap_token": 401,
+    "unauthenticated": 401,
+    "forbidden": 403,
+    "enrolment_refused": 403,
+    "enrolment_denied": 403,
+    "not_found": 404,
+    "pending_approval": 409,
+    "rate_limited": 429,
+}
+RETRY_AFTER_CODES = ("pending_approval", "rate_limited")
