@@ -205,3 +205,20 @@ class StorageEndpointForm(forms.Form):
                                 help_text=_("e.g. 0x0002c903000e0b72"))
     node_name = forms.CharField(max_length=200, required=False, label=_("Node name"),
                                 help_text=_("As in ibnetdiscover, e.g. storage-01"))
+
+
+def _role_choices() -> list[tuple[str, Any]]:
+    from portal.tenants.models import Role
+
+    return list(Role.choices)
+
+
+class MemberInviteForm(forms.Form):
+    """Invite an address into a tenant from the console (the invitee accepts by mail)."""
+
+    email = forms.EmailField(label=_("Email address"))
+    role = forms.ChoiceField(label=_("Role"), choices=_role_choices, initial="member")
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(label=_("Role"), choices=_role_choices)

@@ -172,3 +172,18 @@ def tenant_detail(tenant: Tenant) -> dict[str, Any]:
                         .select_related("created_by").order_by("-id")[:20]),
         "invoices": list(billing.invoices(tenant=tenant)[:12]),
     }
+
+
+def tenant_members(tenant: Tenant) -> dict[str, Any]:
+    """The tenant's members (by user name) and its open invitations, for the console."""
+    from django.utils import timezone
+
+    from portal.tenants.models import Invitation, Membership
+
+    return {
+        "members": list(Membership.objects.filter(tenant=tenant).select_related("user")
+                        .order_by("user__username")[:500]),
+        "invitations": list(Invitation.objects.filter(
+            tenant=tenant, accepted_at__isnull=True, revoked_at__isnull=True,
+            expires_at__gt=timezone.now()).select_related("inviter").order_by("email")[:200]),
+    }
