@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import publish, shot
+from tests.browser.conftest import ARTIFACTS, publish, shot
 from tests.browser.readable import unreadable
 from tests.browser.test_console import sign_in_as
 from tests.browser.test_portal_e2e import english_words, unlabelled_controls
@@ -40,6 +40,14 @@ FORBIDDEN = ["insufficient_capacity", "fragmentation", "not_yet", "expiry_warnin
              "Fabric map", "Quotas", "Budget", "Audit", "Billing", "Storage", "Tenants",
              "Partitions", "Enrolments", "Console", "Dashboard", "Order GPUs", "Usage",
              "Download", "Save", "Submit", "Change", "Withdraw", "Yes", "No leaf switch"]
+# names of formats and standards, shown as they are in every language
+PROPER_NOUNS = {"FOCUS", "FinOps", "JSON", "JSONL"}
+# the console shows data as it is: switch names ("demo-fabric leaf 001"), port rates
+# ("400 Gb/sec"), tool names; the audit log's recorded changes are data too (its page is
+# checked for the FORBIDDEN words only)
+CONSOLE_TERMS = PROPER_NOUNS | {"P_KEY", "GUID", "ibnetdiscover", "leaf", "spine", "sec",
+                                "notebook"}  # the demo's fractional lease, by name
+DATA_PAGES = {"/console/audit/"}
 OPERATOR = "operator"
 ADMIN = "acme-admin"
 
@@ -69,8 +77,13 @@ def operator_console(page: Any, base: str, lang: str) -> dict[str, list[str]]:
     for path in CONSOLE_PAGES:
         _go(page, base, path)
         assert unlabelled_controls(page) == [], path
-        if found := forbidden_in(_visible(page)) if lang == "zh" else []:
-            left[path] = found
+        if lang == "zh":
+            text = _visible(page)
+            found = set(forbidden_in(text))
+            if path not in DATA_PAGES:
+                found |= set(english_words(text)) - CONSOLE_TERMS
+            if found:
+                left[path] = sorted(found)
         name = path.strip("/").replace("/", "-") or "console"
         shot(page, f"{lang}-{name}")
     _go(page, base, "/console/fabric/")
@@ -167,13 +180,15 @@ def order_to_release(page: Any, base: str) -> None:
 def waiting_order(page: Any, base: str, lang: str) -> str:
     """4 whole A100 nodes: the pool has 4, one shares a GPU with the demo's notebook."""
     _order(page, base, model="A100", gpus=8, nodes=4, name=f"journey-wait-{lang}")
-    page.wait_for_selector("[data-testid=wait-reason]", timeout=60_000)
-    for _ in range(30):  # the pass that notes the earliest start and the position
+    for _ in range(60):  # the passes that note the reason, the earliest start, the place
         if page.locator("[data-testid=queue-position]").count() and \
-                page.locator("[data-testid=lease-start] .muted").count():
+                page.locator("[data-testid=wait-reason]").count() and \
+                "UTC" in page.inner_text("[data-testid=wait-reason]"):
             break
         page.wait_for_timeout(1000)
         page.reload()
+    shot(page, f"{lang}-lease-waiting")
+    assert page.locator("[data-testid=wait-reason]").count(), page.inner_text("main")[:600]
     wait = page.inner_text("[data-testid=wait-reason]")
     position = page.inner_text("[data-testid=queue-position]")
     start = page.inner_text("[data-testid=lease-start]")
@@ -184,7 +199,6 @@ def waiting_order(page: Any, base: str, lang: str) -> str:
     else:
         assert "A100" in wait and "最早开始时间" in wait, wait
         assert "第 1 位" in position, position
-    shot(page, f"{lang}-lease-waiting")
     return page.url  # type: ignore[no-any-return]
 
 
@@ -270,11 +284,13 @@ def test_journey_english_then_chinese(stack: str, browser: Any) -> None:
     for name, target in pages:
         tenant.goto(target)
         text = _visible(tenant)
-        left = sorted(set(forbidden_in(text)) | set(english_words(text)))
+        left = sorted(set(forbidden_in(text)) | set(english_words(text)) - PROPER_NOUNS)
         if left:
             problems[name] = left
         shot(tenant, "zh-" + (name.strip("/").replace("/", "-") or "dashboard"))
     cancel(tenant, "zh")
+    (ARTIFACTS / "journey-zh-leftovers.json").write_text(
+        json.dumps(problems, ensure_ascii=False, indent=1))
     assert problems == {}, json.dumps(problems, ensure_ascii=False, indent=1)
     publish(["console-fabric", "console-members", "lease-active", "en-lease-waiting",
              "en-lease-scheduled", "zh-dashboard", "zh-order", "zh-console-fabric",
