@@ -85,7 +85,7 @@ def operator_console(page: Any, base: str, lang: str) -> dict[str, list[str]]:
             if found:
                 left[path] = sorted(found)
         name = path.strip("/").replace("/", "-") or "console"
-        shot(page, f"{lang}-{name}")
+        shot(page, name if lang == "en" else f"zh-{name}")
     _go(page, base, "/console/fabric/")
     assert unreadable(page) == [], "fabric map labels"
     return left
@@ -187,7 +187,7 @@ def waiting_order(page: Any, base: str, lang: str) -> str:
             break
         page.wait_for_timeout(1000)
         page.reload()
-    shot(page, f"{lang}-lease-waiting")
+    shot(page, "lease-waiting" if lang == "en" else "zh-lease-waiting")
     assert page.locator("[data-testid=wait-reason]").count(), page.inner_text("main")[:600]
     wait = page.inner_text("[data-testid=wait-reason]")
     position = page.inner_text("[data-testid=queue-position]")
@@ -215,7 +215,7 @@ def reservation(page: Any, base: str, lang: str) -> None:
         page.reload()
     assert word in page.inner_text("#lease-state"), page.inner_text("#lease-state")
     assert "not_yet" not in page.inner_text("main")
-    shot(page, f"{lang}-lease-scheduled")
+    shot(page, "lease-scheduled" if lang == "en" else "zh-lease-scheduled")
 
 
 def cancel(page: Any, lang: str) -> None:
@@ -292,8 +292,8 @@ def test_journey_english_then_chinese(stack: str, browser: Any) -> None:
     (ARTIFACTS / "journey-zh-leftovers.json").write_text(
         json.dumps(problems, ensure_ascii=False, indent=1))
     assert problems == {}, json.dumps(problems, ensure_ascii=False, indent=1)
-    publish(["console-fabric", "console-members", "lease-active", "en-lease-waiting",
-             "en-lease-scheduled", "zh-dashboard", "zh-order", "zh-console-fabric",
-             "zh-lease-waiting", "zh-usage"])
+    publish(["console-fabric", "console-members", "lease-active",
+             "lease-waiting", "lease-scheduled", "invoice", "zh-dashboard", "zh-order",
+             "zh-console-fabric", "zh-lease-waiting", "zh-usage"])
     op.context.close()
     tenant.context.close()
