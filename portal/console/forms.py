@@ -222,3 +222,8 @@ class MemberInviteForm(forms.Form):
 
 class MemberRoleForm(forms.Form):
     role = forms.ChoiceField(label=_("Role"), choices=_role_choices)
+
+
+def role_prefix(member: Any) -> str:
+    """One role form per member row: its fields are ``role-<member id>-role``."""
+    return f"role-{member.pk}"

@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
-from portal.console.forms import MemberInviteForm, MemberRoleForm
+from portal.console.forms import MemberInviteForm, MemberRoleForm, role_prefix
 from portal.console.views import apply_errors, staff_only, tenant_page
 from portal.core.errors import ApplicationError
 from portal.tenants import invitations, services
@@ -28,10 +28,6 @@ def _back(tenant: Tenant) -> HttpResponse:
 def _refused(request: HttpRequest, tenant: Tenant, exc: ApplicationError) -> HttpResponse:
     messages.error(request, exc.message)
     return tenant_page(request, tenant, status=exc.status_code)
-
-
-def role_prefix(member: Membership) -> str:
-    return f"role-{member.pk}"
 
 
 @staff_only

@@ -26,6 +26,7 @@ from portal.console.forms import (
     MemberRoleForm,
     QuotaForm,
     StorageEndpointForm,
+    role_prefix,
 )
 from portal.console.quotas import CONFIRM, quota_set
 from portal.core.errors import ApplicationError, NotFound, PermissionDenied
@@ -225,8 +226,6 @@ def tenant(request: HttpRequest, slug: str) -> HttpResponse:
 def tenant_page(request: HttpRequest, obj: Tenant, *, status: int = 200,
                 **forms: Any) -> HttpResponse:
     """The tenant page; forms not given (a rejected one, with its errors) are blank."""
-    from portal.console.members import role_prefix
-
     members = selectors.tenant_members(obj)
     context = {
         "tenant": obj, **selectors.tenant_detail(obj), "confirm_quota": False,

@@ -134,3 +134,17 @@ def test_waits_queue_position_on_the_lease_page_and_in_the_api(pool: dict[str, A
     assert len(running) == 4
     one = alice.get(f"/api/v1/leases/{second.pk}/").json()
     assert one["queue_position"] == 2
+
+
+def test_waits_queued_lease_end_is_not_before_its_start(pool: dict[str, Any],
+                                                        alice: Client) -> None:
+    """The journey found it: a waiting order showed its earliest start (14:10) and the end
+    counted from its order time (13:10), an end before the start. The end shown is now
+    the earliest start plus the duration."""
+    lease = order(pool)  # 2 hours, ordered at 09:00
+    at = clock.now() + timedelta(hours=4)
+    Lease.objects.filter(pk=lease.pk).update(state="queued", wait_reason="insufficient_capacity",
+                                             earliest_start=at)
+    body = _page(alice, lease)
+    end = re.search(r'id="lease-end">(.*?)</dd>', body, re.S)
+    assert end and "3 p.m." in end.group(1), end  # 09:00 + 4 h + 2 h = 15:00 UTC
