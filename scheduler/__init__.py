@@ -13,7 +13,7 @@ from scheduler.decisions import (
     Reason,
     Unplaceable,
 )
-from scheduler.engine import quote, schedule_pass
+from scheduler.engine import queue_order, quote, schedule_pass
 from scheduler.feasibility import Limit, NeverFits, never_fits
 from scheduler.model import (
     MILLI,
@@ -67,6 +67,7 @@ __all__ = [
     "check_extension",
     "get_policy",
     "never_fits",
+    "queue_order",
     "quote",
     "schedule_pass",
 ]

@@ -203,16 +203,22 @@ class _Pass:
         return Reason.INSUFFICIENT_CAPACITY, "not enough free GPUs"
 
 
+def queue_order(snapshot: Snapshot, queue: Sequence[Request], now: int) -> list[Request]:
+    """The order a pass considers ``queue`` in (priority, fair share, age): the queue
+    position a waiting order is shown is its index here."""
+    usage = decayed_usage(snapshot.usage, now, snapshot.fair_share)
+    return order_queue(queue, usage, snapshot.quotas)
+
+
 def schedule_pass(snapshot: Snapshot, queue: Sequence[Request], now: int,
                   policy: str | None = None, *, earliest_start_limit: int = 32,
                   ) -> PassResult:
     """Decide every queued request (in queue order); the first ``earliest_start_limit``
     unplaceable ones also get an earliest start from the calendar."""
     run = _Pass(snapshot, queue, now, policy)
-    usage = decayed_usage(snapshot.usage, now, snapshot.fair_share)
     decisions: list[Decision] = []
     budget = earliest_start_limit
-    for request in order_queue(queue, usage, snapshot.quotas):
+    for request in queue_order(snapshot, queue, now):
         decision = run.decide(request, budget > 0)
         if isinstance(decision, Unplaceable):
             budget -= 1

@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from portal.billing.models import CreditLine
 from portal.console.quotas import LIMITS
 from portal.inventory.models import Fabric
-from portal.leasing.models import Priority
+from portal.web import labels
 
 
 class DateTimeLocal(forms.DateTimeInput):
@@ -115,7 +115,8 @@ class QuotaForm(forms.Form):
 class ContractForm(forms.Form):
     gpu_model = forms.ChoiceField(label=_("GPU model"), required=False)
     priority = forms.ChoiceField(label=_("Priority"), required=False,
-                                 choices=[("", _("Any priority")), *Priority.choices])
+                                 choices=[("", _("Any priority")),
+                                          *labels.choices(labels.PRIORITIES)])
     unit_price = forms.DecimalField(label=_("Contract price per GPU-hour"), required=False,
                                     min_value=Decimal(0), max_digits=12, decimal_places=4,
                                     help_text=_("Replaces the list price."))
@@ -162,7 +163,8 @@ class ContractForm(forms.Form):
 
 
 class CreditForm(forms.Form):
-    category = forms.ChoiceField(label=_("Kind"), choices=CreditLine.Category.choices,
+    category = forms.ChoiceField(label=_("Kind"),
+                                 choices=labels.choices(labels.CHOICES["credit_category"]),
                                  initial=CreditLine.Category.CREDIT)
     amount = forms.DecimalField(label=_("Amount"), max_digits=14, decimal_places=2,
                                 help_text=_("A credit is negative (money back to the tenant); "
@@ -205,3 +207,23 @@ class StorageEndpointForm(forms.Form):
                                 help_text=_("e.g. 0x0002c903000e0b72"))
     node_name = forms.CharField(max_length=200, required=False, label=_("Node name"),
                                 help_text=_("As in ibnetdiscover, e.g. storage-01"))
+
+
+def _role_choices() -> list[tuple[str, Any]]:
+    return labels.choices(labels.ROLES)
+
+
+class MemberInviteForm(forms.Form):
+    """Invite an address into a tenant from the console (the invitee accepts by mail)."""
+
+    email = forms.EmailField(label=_("Email address"))
+    role = forms.ChoiceField(label=_("Role"), choices=_role_choices, initial="member")
+
+
+class MemberRoleForm(forms.Form):
+    role = forms.ChoiceField(label=_("Role"), choices=_role_choices)
+
+
+def role_prefix(member: Any) -> str:
+    """One role form per member row: its fields are ``role-<member id>-role``."""
+    return f"role-{member.pk}"

@@ -10,6 +10,7 @@ from django.db.models import Count, Q, QuerySet
 
 from portal.billing import selectors as billing
 from portal.billing.models import CreditLine, Price, TenantContract
+from portal.console import fabricmap
 from portal.core import clock
 from portal.core.models import AuditLog
 from portal.inventory.models import Gpu, Node, Switch, SwitchLink
@@ -23,35 +24,28 @@ COLOURS = {"ready": "#2e7d32", "draining": "#f9a825", "drained": "#8d6e63",
            "down": "#c62828", "maintenance": "#6a1b9a"}
 
 
-def fabric_map() -> dict[str, Any]:
-    """Switches and nodes laid out in rows (spines, leaves, nodes) for an SVG."""
-    spines = list(Switch.objects.filter(role="spine").order_by("description"))
-    leaves = list(Switch.objects.exclude(role="spine").order_by("description"))
-    nodes = list(Node.objects.annotate(
-        held=Count("allocations__gpu", filter=Q(allocations__live=True), distinct=True),
-        gpus_total=Count("gpus", distinct=True)).select_related("leaf").order_by("hostname"))
-    width = max(len(nodes) * 70, len(leaves) * 120, len(spines) * 120, 400)
-    pos: dict[int, tuple[int, int]] = {}
-    out: dict[str, Any] = {"width": width, "height": 330, "spines": [], "leaves": [],
-                           "nodes": [], "links": []}
-    for row, items, y in (("spines", spines, 40), ("leaves", leaves, 150)):
-        step = width / (len(items) + 1)
-        for i, sw in enumerate(items, 1):
-            pos[sw.pk] = (int(i * step), y)
-            out[row].append({"name": sw.description or sw.guid, "x": int(i * step), "y": y})
-    step = width / (len(nodes) + 1)
-    for i, node in enumerate(nodes, 1):
-        x = int(i * step)
-        out["nodes"].append({"hostname": node.hostname, "x": x, "y": 270, "state": node.state,
-                             "colour": COLOURS.get(node.state, "#607d8b"),
-                             "allocated": node.held, "gpus": node.gpus_total,
-                             "busy": bool(node.held)})
-        if node.leaf_id in pos:
-            out["links"].append((*pos[node.leaf_id], x, 270))
-    for link in SwitchLink.objects.all():
-        if link.a_id in pos and link.b_id in pos:
-            out["links"].append((*pos[link.a_id], *pos[link.b_id]))
-    return out
+def fabric_map() -> fabricmap.Layout:
+    """Switches and nodes laid out in leaf columns for the console's SVG
+    (``portal.console.fabricmap``)."""
+    from django.utils.translation import gettext as _
+
+    links: dict[int, int] = {}
+    for a, b in SwitchLink.objects.values_list("a_id", "b_id"):
+        links[a] = links.get(a, 0) + 1
+        links[b] = links.get(b, 0) + 1
+    switches = list(Switch.objects.order_by("description", "guid"))
+    upper = [fabricmap.SwitchIn(sw.pk, sw.description or sw.guid, links.get(sw.pk, 0))
+             for sw in switches if sw.role != Switch.Role.LEAF]
+    leaves = [fabricmap.SwitchIn(sw.pk, sw.description or sw.guid, links.get(sw.pk, 0))
+              for sw in switches if sw.role == Switch.Role.LEAF]
+    nodes = [fabricmap.NodeIn(hostname=n.hostname, leaf=n.leaf_id, state=n.state,
+                              colour=COLOURS.get(n.state, "#607d8b"), allocated=n.held,
+                              gpus=n.gpus_total)
+             for n in Node.objects.annotate(
+                 held=Count("allocations__gpu", filter=Q(allocations__live=True),
+                            distinct=True),
+                 gpus_total=Count("gpus", distinct=True)).order_by("hostname")]
+    return fabricmap.layout(upper, leaves, nodes, no_leaf=_("No leaf switch"))
 
 
 def affected_leases(node: Node) -> QuerySet[Lease]:
@@ -171,4 +165,19 @@ def tenant_detail(tenant: Tenant) -> dict[str, Any]:
         "credits": list(CreditLine.objects.filter(tenant=tenant)
                         .select_related("created_by").order_by("-id")[:20]),
         "invoices": list(billing.invoices(tenant=tenant)[:12]),
+    }
+
+
+def tenant_members(tenant: Tenant) -> dict[str, Any]:
+    """The tenant's members (by user name) and its open invitations, for the console."""
+    from django.utils import timezone
+
+    from portal.tenants.models import Invitation, Membership
+
+    return {
+        "members": list(Membership.objects.filter(tenant=tenant).select_related("user")
+                        .order_by("user__username")[:500]),
+        "invitations": list(Invitation.objects.filter(
+            tenant=tenant, accepted_at__isnull=True, revoked_at__isnull=True,
+            expires_at__gt=timezone.now()).select_related("inviter").order_by("email")[:200]),
     }

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from portal.console import enrolments, views
+from portal.console import enrolments, members, views
 
 app_name = "console"
 urlpatterns = [
@@ -13,6 +13,13 @@ urlpatterns = [
     path("storage/", views.storage, name="storage"),
     path("tenants/", views.tenants, name="tenants"),
     path("tenants/<slug:slug>/", views.tenant, name="tenant"),
+    path("tenants/<slug:slug>/members/invite/", members.member_invite, name="member_invite"),
+    path("tenants/<slug:slug>/members/<uuid:member_id>/role/", members.member_role,
+         name="member_role"),
+    path("tenants/<slug:slug>/members/<uuid:member_id>/remove/", members.member_remove,
+         name="member_remove"),
+    path("tenants/<slug:slug>/invitations/<uuid:invitation_id>/revoke/",
+         members.invitation_revoke, name="invitation_revoke"),
     path("audit/", views.audit, name="audit"),
     path("billing/", views.billing_page, name="billing"),
     path("enrolments/", enrolments.enrolments, name="enrolments"),

@@ -19,7 +19,15 @@ from django.views.decorators.http import require_POST
 from portal.billing import selectors as billing
 from portal.billing.api.views import stream
 from portal.console import selectors, services
-from portal.console.forms import ContractForm, CreditForm, QuotaForm, StorageEndpointForm
+from portal.console.forms import (
+    ContractForm,
+    CreditForm,
+    MemberInviteForm,
+    MemberRoleForm,
+    QuotaForm,
+    StorageEndpointForm,
+    role_prefix,
+)
 from portal.console.quotas import CONFIRM, quota_set
 from portal.core.errors import ApplicationError, NotFound, PermissionDenied
 from portal.inventory import selectors as inventory
@@ -125,7 +133,7 @@ def storage(request: HttpRequest) -> HttpResponse:
             messages.success(request, _("Storage port added."))
             return redirect("console:storage")
         except ApplicationError as exc:
-            _apply_errors(form, exc)
+            apply_errors(form, exc)
     return render(request, "console/storage.html", {
         "form": form, "rows": inventory.storage_endpoint_list()})
 
@@ -146,7 +154,7 @@ def tenants(request: HttpRequest) -> HttpResponse:
     return render(request, "console/tenants.html", {"rows": rows, "month": month})
 
 
-def _apply_errors(form: Form, exc: ApplicationError) -> None:
+def apply_errors(form: Form, exc: ApplicationError) -> None:
     """A service's field messages next to the form's fields (unknown ones on top)."""
     if isinstance(exc, PermissionDenied | NotFound):
         raise exc
@@ -168,7 +176,7 @@ def _add_line(request: HttpRequest, obj: Tenant, which: str, form: Any) -> str |
     try:
         add(actor=request.user, tenant=obj, **form.values())
     except ApplicationError as exc:
-        _apply_errors(form, exc)
+        apply_errors(form, exc)
         return None
     return str(done)
 
@@ -201,7 +209,7 @@ def tenant(request: HttpRequest, slug: str) -> HttpResponse:
                     messages.warning(request, warning)
             except ApplicationError as exc:
                 confirm_quota = exc.code == CONFIRM
-                _apply_errors(quota_form, exc)
+                apply_errors(quota_form, exc)
         elif which in ("contract", "credit"):
             form = contract_form if which == "contract" else credit_form
             done = _add_line(request, obj, which, form) if form.is_valid() else None
@@ -211,10 +219,37 @@ def tenant(request: HttpRequest, slug: str) -> HttpResponse:
         if done is not None:
             messages.success(request, done)
             return redirect("console:tenant", slug=slug)
-    return render(request, "console/tenant.html", {
-        "tenant": obj, **selectors.tenant_detail(obj), "quota_form": quota_form,
-        "contract_form": contract_form, "credit_form": credit_form,
-        "confirm_quota": confirm_quota})
+    return tenant_page(request, obj, quota_form=quota_form, contract_form=contract_form,
+                       credit_form=credit_form, confirm_quota=confirm_quota)
+
+
+def tenant_page(request: HttpRequest, obj: Tenant, *, status: int = 200,
+                **forms: Any) -> HttpResponse:
+    """The tenant page; forms not given (a rejected one, with its errors) are blank."""
+    members = selectors.tenant_members(obj)
+    context = {
+        "tenant": obj, **selectors.tenant_detail(obj), "confirm_quota": False,
+        "credit_form": CreditForm(prefix="credit"),
+        "invite_form": MemberInviteForm(prefix="invite"),
+        "members": [{"member": m, "form": MemberRoleForm(prefix=role_prefix(m),
+                                                         initial={"role": m.role})}
+                    for m in members["members"]],
+        "invitations": members["invitations"],
+        **forms}
+    if "quota_form" not in forms or "contract_form" not in forms:
+        blank = _blank_money_forms(request, obj)
+        context |= {k: v for k, v in blank.items() if k not in forms}
+    return render(request, "console/tenant.html", context, status=status)
+
+
+def _blank_money_forms(request: HttpRequest, obj: Tenant) -> dict[str, Form]:
+    models = selectors.gpu_models()
+    quota_models = sorted(set(models) | set(Quota.objects.filter(tenant=obj).exclude(
+        gpu_model="").values_list("gpu_model", flat=True)))
+    return {"quota_form": QuotaForm(prefix="quota", models=quota_models,
+                                    initial=_quota_initial(request, obj)),
+            "contract_form": ContractForm(prefix="contract",
+                                          models=selectors.price_models(models))}
 
 
 def _quota_initial(request: HttpRequest, tenant: Tenant) -> dict[str, Any]:

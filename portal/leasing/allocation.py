@@ -200,3 +200,12 @@ Placement = core.Placement
 Limit = core.Limit
 NeverFits = core.NeverFits
 Unplaceable = core.Unplaceable
+
+
+def queue_positions(queue: list[Lease], now: datetime) -> dict[str, int]:
+    """1-based place of each lease of ``queue`` in the order the next pass considers them
+    (the core's ``queue_order``: priority class, fair share, age with operator boost)."""
+    snap = core.Snapshot(nodes=(), quotas=_quotas(), usage=_usage(now))
+    order = core.queue_order(snap, [to_request(lease, now) for lease in queue],
+                             int(now.timestamp()))
+    return {request.id: place for place, request in enumerate(order, 1)}

@@ -137,3 +137,28 @@ def quota_usage(*, tenant: Tenant) -> list[dict[str, Any]]:
                     "max_pending_orders": quota.max_pending_orders,
                     "allow_spot": quota.allow_spot, "allow_borrowing": quota.allow_borrowing})
     return out
+
+
+QUEUE_LIMIT = 500  # as many as a scheduling pass considers (orchestration.PASS_LIMIT)
+
+
+def queue_positions() -> dict[str, int]:
+    """Lease id → its 1-based place among the queued orders that want to start now, in
+    the order the next scheduling pass considers them. Future bookings are not queued
+    for GPUs yet, so they hold no place."""
+    from portal.leasing import allocation
+    from portal.leasing.models import LeaseState
+
+    now = clock.now()
+    queue = list(Lease.objects.filter(state=LeaseState.QUEUED, start_at__lte=now)
+                 .select_related("tenant").order_by("-queue_boost", "created")[:QUEUE_LIMIT])
+    return allocation.queue_positions(queue, now) if queue else {}
+
+
+def queue_position(*, lease: Lease) -> int | None:
+    """The place of one waiting order (None when it is not waiting in the queue now)."""
+    from portal.leasing.models import LeaseState
+
+    if lease.state != LeaseState.QUEUED or lease.start_at > clock.now():
+        return None
+    return queue_positions().get(str(lease.id))

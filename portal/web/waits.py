@@ -99,3 +99,16 @@ def shown_start(lease: Any) -> datetime | None:
     if lease.state in (LeaseState.REQUESTED, LeaseState.QUEUED) and is_asap(lease):
         return lease.earliest_start  # type: ignore[no-any-return]
     return lease.start_at  # type: ignore[no-any-return]
+
+
+def shown_end(lease: Any) -> datetime | None:
+    """The end a page shows: when it ended; for a waiting order that starts as soon as
+    possible, its earliest start plus its duration (``None``: not known yet) — never the
+    nominal end counted from the order time, which can read earlier than its start."""
+    if lease.ended_at:
+        return lease.ended_at  # type: ignore[no-any-return]
+    if lease.state in (LeaseState.REQUESTED, LeaseState.QUEUED) and is_asap(lease):
+        if lease.earliest_start is None:
+            return None
+        return lease.earliest_start + (lease.end_at - lease.start_at)  # type: ignore[no-any-return]
+    return lease.end_at  # type: ignore[no-any-return]

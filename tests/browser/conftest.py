@@ -66,7 +66,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = _free_port()
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp / 'gpupool.sqlite3'}",
            "GPUPOOL_DATA_DIR": str(tmp), "GPUPOOL_SIMULATED_AGENTS": "1",
-           "GPUPOOL_RECONCILE_EVERY_S": "1", "REDIS_URL": "", "DEBUG": "0",
+           "GPUPOOL_RECONCILE_EVERY_S": "1", "GPUPOOL_METER_EVERY_S": "5",
+           "REDIS_URL": "", "DEBUG": "0",
            "ALLOWED_HOSTS": "127.0.0.1,localhost", "AXES_ENABLED": "1",
            "PYTHONUNBUFFERED": "1"}
     env.pop("DJANGO_SETTINGS_MODULE", None)

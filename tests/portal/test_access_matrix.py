@@ -324,6 +324,8 @@ def _cred_kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "active_lease": {"pk": w["active_lease"].pk}, "lease_id": {"lease_id": w["lease"].pk},
         "active_lease_id": {"lease_id": w["active_lease"].pk},
         "sshkey": {"key_id": w["ssh"].pk}, "member_id": {"member_id": w["membership"].pk},
+        "console_member": {"slug": "a", "member_id": w["membership"].pk},
+        "console_invitation": {"slug": "a", "invitation_id": w["invitation"].pk},
         "key_id": {"key_id": w["admin_key"].pk}, "reset": reset,
     }[kind]
 
@@ -333,12 +335,12 @@ _WRITE_KINDS = {"member_id", "sshkey", "key_id", "invitation_id"}
 
 def _state(kind: str, w: dict[str, Any]) -> Any:
     """What a write to the object of ``kind`` would change (None: nothing tracked)."""
-    if kind in ("member_id", "membership"):
+    if kind in ("member_id", "membership", "console_member"):
         row = Membership.objects.filter(pk=w["membership"].pk).values_list("role", "max_gpus")
         return list(row)
     if kind == "sshkey":
         return SshPublicKey.objects.filter(pk=w["ssh"].pk).exists()
-    if kind in ("invitation", "invitation_id"):
+    if kind in ("invitation", "invitation_id", "console_invitation"):
         from portal.tenants.models import Invitation
         return Invitation.objects.filter(pk=w["invitation"].pk).values_list("revoked_at",
                                                                             flat=True).first()

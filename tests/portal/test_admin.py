@@ -29,3 +29,16 @@ def test_admin_changelist_renders(db: Any, client: Any, model: Any) -> None:
     client.force_login(staff)
     url = reverse(f"admin:{model._meta.app_label}_{model._meta.model_name}_changelist")
     assert client.get(url).status_code == 200
+
+
+def test_gpu_telemetrys_in_the_admin(db: Any, client: Any) -> None:
+    """Issue 13: the admin index listed "Gpu telemetrys" (Django's default plural of the
+    class name). Every model of ours now reads as a plural a person would write."""
+    staff = make_user("root", staff=True, is_superuser=True)
+    client.force_login(staff)
+    body = client.get(reverse("admin:index")).content.decode()
+    assert "Gpu telemetrys" not in body and "Port telemetrys" not in body
+    assert ">GPU telemetry<" in body and ">IB port telemetry<" in body
+    odd = [m._meta.label for m in _models()
+           if str(m._meta.verbose_name_plural).lower().endswith(("telemetrys", "healths"))]
+    assert odd == []

@@ -20,6 +20,8 @@ class GpuTelemetry(models.Model):
     data = models.JSONField(default=dict)
 
     class Meta:
+        verbose_name = "GPU telemetry"
+        verbose_name_plural = "GPU telemetry"
         constraints = [
             models.UniqueConstraint(fields=["node", "index"], name="gputelemetry_unique"),
         ]
@@ -41,6 +43,8 @@ class PortTelemetry(models.Model):
     data = models.JSONField(default=dict)
 
     class Meta:
+        verbose_name = "IB port telemetry"
+        verbose_name_plural = "IB port telemetry"
         constraints = [
             models.UniqueConstraint(fields=["node", "device", "port"],
                                     name="porttelemetry_unique"),

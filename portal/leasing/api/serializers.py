@@ -5,6 +5,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from rest_framework import serializers
 
+from portal.leasing import selectors
 from portal.leasing.limits import MAX_DURATION_HOURS, MAX_GPUS_PER_NODE, MAX_NODES
 from portal.leasing.models import Lease, LeaseEvent, Locality, Priority
 
@@ -50,14 +51,26 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
     total_gpus = serializers.FloatField(read_only=True)
     models = serializers.ListField(source="allowed_models", child=serializers.CharField(),
                                    read_only=True)
+    queue_position = serializers.SerializerMethodField(
+        help_text="1-based place in the queue while it waits to start now; null otherwise.")
 
     class Meta:
         model = Lease
         fields = ["id", "name", "tenant", "state", "state_reason", "wait_reason",
-                  "earliest_start", "gpu_model", "models", "gpu_count", "gpu_milli", "nodes",
+                  "earliest_start", "queue_position", "gpu_model", "models", "gpu_count",
+                  "gpu_milli", "nodes",
                   "total_gpus", "locality", "locality_required", "priority", "start_at",
                   "end_at", "active_at", "ended_at", "created", "tags"]
         read_only_fields = fields
+
+
+    def get_queue_position(self, lease: Lease) -> int | None:
+        """Computed once per response (a list shares one reading of the queue)."""
+        if lease.state != "queued":
+            return None
+        if "queue_positions" not in self.context:
+            self.context["queue_positions"] = selectors.queue_positions()
+        return self.context["queue_positions"].get(str(lease.id))  # type: ignore[no-any-return]
 
 
 class LeaseEventSerializer(serializers.ModelSerializer[LeaseEvent]):

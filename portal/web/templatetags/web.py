@@ -84,6 +84,13 @@ def shown_start(lease: Any) -> Any:
 
 
 @register.filter
+def shown_end(lease: Any) -> Any:
+    from portal.web import waits
+
+    return waits.shown_end(lease)
+
+
+@register.filter
 def wait_sentence(lease: Any) -> str:
     from portal.web import waits
 

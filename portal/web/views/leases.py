@@ -119,7 +119,7 @@ def chart_labels() -> dict[str, str]:
 
 @tenant_page()
 def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
-    from portal.leasing.selectors import lease_connection, lease_events
+    from portal.leasing.selectors import lease_connection, lease_events, queue_position
 
     lease = _lease(request, lease_id)
     holding = lease.state in (LeaseState.SCHEDULED, LeaseState.PROVISIONING,
@@ -135,6 +135,7 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
 
     return render(request, "web/lease.html", {
         "lease": lease, "money": lease_money(lease),
+        "queue_position": queue_position(lease=lease),
         "events": list(lease_events(lease=lease)),
         "conn": lease_connection(lease=lease) if holding else None,
         "telemetry": telemetry,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.test import Client
@@ -17,7 +18,7 @@ from django.urls import reverse
 
 from portal.core import clock
 from portal.inventory.models import Node
-from portal.leasing.models import Lease
+from portal.leasing.models import Lease, Quota
 from tests.portal.web.conftest import client_for, drive, later, order, order_form
 
 
@@ -118,3 +119,42 @@ def test_waits_calendar_places_a_waiting_order_at_its_earliest_start(
     rows = alice.get(reverse("web:calendar")).context["rows"]
     row = next(r for r in rows if r["lease"].pk == lease.pk)
     assert (row["begin"], row["finish"]) == (at, at + timedelta(hours=2))
+
+
+def test_waits_queue_position_on_the_lease_page_and_in_the_api(pool: dict[str, Any],
+                                                               alice: Client) -> None:
+    """Issue 13: a waiting order showed why and when, but not where it stands in the
+    queue; neither the page nor the API had a position. Now both show its place in the
+    order the next scheduling pass considers the queue."""
+    Quota.objects.filter(tenant=pool["a"]).update(max_gpus=64)
+    for _ in range(4):  # 4 nodes x 8 GPUs: the pool is full
+        order(pool, duration_hours=Decimal(8))
+    drive()
+    first, second = order(pool), order(pool)
+    drive()
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.state, second.state) == ("queued", "queued")
+    assert _dd(_page(alice, first), "queue-position") == "No. 1 in the queue"
+    assert _dd(_page(alice, second), "queue-position") == "No. 2 in the queue"
+    listed = {row["id"]: row["queue_position"]
+              for row in alice.get("/api/v1/leases/").json()["results"]}
+    assert listed[str(first.pk)] == 1 and listed[str(second.pk)] == 2
+    running = [k for k, v in listed.items() if v is None]
+    assert len(running) == 4
+    one = alice.get(f"/api/v1/leases/{second.pk}/").json()
+    assert one["queue_position"] == 2
+
+
+def test_waits_queued_lease_end_is_not_before_its_start(pool: dict[str, Any],
+                                                        alice: Client) -> None:
+    """The journey found it: a waiting order showed its earliest start (14:10) and the end
+    counted from its order time (13:10), an end before the start. The end shown is now
+    the earliest start plus the duration."""
+    lease = order(pool)  # 2 hours, ordered at 09:00
+    at = clock.now() + timedelta(hours=4)
+    Lease.objects.filter(pk=lease.pk).update(state="queued", wait_reason="insufficient_capacity",
+                                             earliest_start=at)
+    body = _page(alice, lease)
+    end = re.search(r'id="lease-end">(.*?)</dd>', body, re.S)
+    assert end and "3 p.m." in end.group(1), end  # 09:00 + 4 h + 2 h = 15:00 UTC
