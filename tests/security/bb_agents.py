@@ -220,7 +220,7 @@ def fuzz_agent_api(base_url: str, node_id: str, credential: str, examples: int,
             params = {"after_generation": str(rng.choice(EDGE))[:60],
                       "wait": rng.choice(["0", "-1", "nan", "-1e999", "x", ""])}
             target = rng.choice([node_id, "nd_other", str(uuid.uuid4()), "%00", "..%2f"])
-            header = rng.choice([auth["Authorization"], "", "Bearer ", "Basic x",
+            header = rng.choice([auth["Authorization"], "", "Bearer", "Basic x",
                                  "Bearer " + "A" * 300])
             _check(result, "desired-state", http.get(
                 f"{AGENT_BASE}/nodes/{target}/desired-state", params=params,

@@ -121,10 +121,15 @@ def _send(caller: Browser, case: dict[str, Any], active_lease: str) -> httpx.Res
     return caller.request(method, url, form=body)
 
 
+# Writes that end the caller itself (its key, its session): after everything else.
+SELF_ENDING = {("apikey-detail", "DELETE"), ("logout", "POST")}
+
+
 def _order(cases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Reads first, then writes, sign-out last (it ends the session the rest needs)."""
+    """Reads first, then writes, the caller-ending writes last."""
     def key(c: dict[str, Any]) -> tuple[int, str, int]:
-        rank = 2 if c["route"] == "logout" else (0 if c["method"] == "GET" else 1)
+        ending = (c["route"], c["method"]) in SELF_ENDING
+        rank = 2 if ending else (0 if c["method"] == "GET" else 1)
         return rank, c["route"], c["index"]
     return sorted(cases, key=key)
 
@@ -148,7 +153,8 @@ def run_matrix(base_url: str, world: dict[str, Any], active_lease: str,
 
 def _attempt(result: MatrixResult, caller: Browser, credential: str, case: dict[str, Any],
              active_lease: str, fingerprint: Any) -> None:
-    label = f"{case['method']} {case['url']} as {credential}"
+    url = case["url"].replace(ACTIVE_PLACEHOLDER, active_lease)
+    label = f"{case['method']} {url} as {credential}"
     outsider_write = credential in OUTSIDERS and case["method"] != "GET"
     before = fingerprint() if outsider_write else None
     response = _send(caller, case, active_lease)

@@ -42,6 +42,7 @@ from tests.portal.leasing.stack import PYTHON, ROOT, Stack, StackConfig
 from tests.security import bb_agents, bb_http
 
 REVOCATION_TARGET_S = 5.0
+PARTS = ("revocation", "matrix", "handover", "fuzz")
 PRODUCTION_ENV = {
     "GPUPOOL_ENV": "production", "DEBUG": "0", "SECRET_KEY": "blackbox-" + "k" * 50,
     "ALLOWED_HOSTS": "127.0.0.1,localhost",
@@ -60,6 +61,7 @@ class Summary:
     revocation_s: dict[str, float] = field(default_factory=dict)
     overlap_s: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    done: list[str] = field(default_factory=list)  # the parts that ran to the end
 
     @property
     def max_revocation(self) -> float:
@@ -70,7 +72,7 @@ class Summary:
         return max(self.overlap_s.values(), default=float("inf"))
 
     def failures(self) -> list[str]:
-        out = []
+        out = [f"part not run to the end: {p}" for p in PARTS if p not in self.done]
         if self.leaks:
             out.append(f"{len(self.leaks)} leaks")
         if self.server_errors:
@@ -194,16 +196,21 @@ def revocation(stack: Stack, world: dict[str, Any], roots: list[Path],
 
 
 # --- part 3: handover overlap under faults ------------------------------------------------
-def _cycle(stack: Stack, keys: dict[str, str], hold_s: float, timeout: float) -> list[str]:
-    """Both tenants order the whole node at once; each holder is released after
-    ``hold_s``; returns the two lease ids once both have ended."""
+def _cycle(stack: Stack, keys: dict[str, str], hold_s: float, timeout: float,
+           fault: Any) -> list[str]:
+    """Both tenants order the whole node at once (``fault()`` then strikes, while the
+    first is being placed and provisioned); each holder is released after ``hold_s``;
+    returns the two lease ids once both have ended."""
     ids = {t: _order(stack, k, 8, f"handover-{t}") for t, k in keys.items()}
+    fault()
     pending = dict(ids)
     deadline = time.monotonic() + timeout
     while pending:
         if time.monotonic() > deadline:
-            raise RuntimeError(f"handover stuck: {stack.states(list(ids.values()))}\n"
-                               f"{stack.errors()}")
+            raise RuntimeError(f"handover stuck: {stack.states(list(ids.values()))}; all: "
+                               f"{stack.query('SELECT name, state, gpu_count FROM leasing_lease')}"
+                               f"; nodes: {stack.query('SELECT hostname, state FROM inventory_node')}"
+                               f"\n{stack.errors()}")
         states = stack.states(list(pending.values()))
         for tenant, lease in list(pending.items()):
             if states.get(lease) == "active":
@@ -230,7 +237,7 @@ def _fault(stack: Stack, round_no: int, summary: Summary) -> None:
 def _db_windows(stack: Stack, lease_ids: list[str]) -> list[tuple[str, str, float, float]]:
     """(GPU, tenant, active, ended) of each lease's GPUs, from its lease events."""
     rows = stack.query("""
-        SELECT a.gpu_id::text, l.tenant_id::text,
+        SELECT DISTINCT a.gpu_id::text, l.tenant_id::text,
                (SELECT EXTRACT(EPOCH FROM min(e.created)) FROM leasing_leaseevent e
                  WHERE e.lease_id = l.id AND e.to_state = 'active'),
                (SELECT EXTRACT(EPOCH FROM max(e.created)) FROM leasing_leaseevent e
@@ -239,6 +246,27 @@ def _db_windows(stack: Stack, lease_ids: list[str]) -> list[tuple[str, str, floa
         WHERE l.id::text = ANY(%s)""", [lease_ids])
     return [(g, t, float(t0), float(t1) if t1 is not None else time.time())
             for g, t, t0, t1 in rows if t0 is not None]
+
+
+def _clear(stack: Stack, world: dict[str, Any]) -> None:
+    """Release or cancel every live lease of a and b (through the API, as their members),
+    once each has settled (a provisioning lease can be neither)."""
+    keys = {world["tenant_a"]: world["secrets"]["runner"],
+            world["tenant_b"]: world["secrets"]["b_key"]}
+    live = "state NOT IN ('ended', 'rejected', 'cancelled', 'failed', 'preempted', 'expired')"
+    ids = [r[0] for r in stack.query(f"SELECT id::text FROM leasing_lease WHERE {live}")]
+    stack.wait_settled(ids, timeout=60)
+    for lease, tenant, state in stack.query(
+            f"SELECT id::text, tenant_id::text, state FROM leasing_lease WHERE {live}"):
+        for action in (("release", "cancel") if state == "active" else ("cancel", "release")):
+            r = _api(stack, keys[tenant], "POST", f"/api/v1/leases/{lease}/{action}",
+                     {"reason": "blackbox"})
+            if r.status_code < 400:
+                break
+        else:
+            raise RuntimeError(f"{lease} ({state}): {r.status_code} {r.text[:300]}")
+    for lease in ids:
+        _wait_state(stack, lease, ("ended", "cancelled"), 60)
 
 
 def _tenant_of_grants(stack: Stack) -> dict[str, str]:
@@ -258,8 +286,8 @@ def handover(stack: Stack, world: dict[str, Any], roots: list[Path], rounds: int
     leases: list[str] = []
     try:
         for round_no in range(rounds):
-            _fault(stack, round_no, summary)
-            leases += _cycle(stack, keys, hold_s=1.0, timeout=120)
+            leases += _cycle(stack, keys, hold_s=1.0, timeout=120,
+                             fault=lambda n=round_no: _fault(stack, n, summary))
     finally:
         sampler.stop.set()
         sampler.join(5)
@@ -267,8 +295,11 @@ def handover(stack: Stack, world: dict[str, Any], roots: list[Path], rounds: int
     summary.overlap_s["lease events (active → ended)"] = bb_agents.window_overlap(windows)
     summary.overlap_s["agents' grant files"] = bb_agents.sampled_overlap(
         sampler.samples, _tenant_of_grants(stack))
+    granted = sum(1 for _, grants in sampler.samples if grants)
     summary.notes.append(f"handover: {len(leases)} leases, {len(sampler.samples)} grant "
-                         f"samples, {len(windows)} GPU windows")
+                         f"samples ({granted} with a grant), {len(windows)} GPU windows")
+    if not granted or len(windows) != 8 * len(leases):
+        raise RuntimeError("the handover saw no grants / not every GPU window")
 
 
 # --- part 4: agent-API fuzzing ------------------------------------------------------------
@@ -286,13 +317,14 @@ def fuzz(stack: Stack, hosts: list[Any], examples: int, summary: Summary) -> Non
 
 
 # --- the run ------------------------------------------------------------------------------
-def _agents(stack: Stack) -> tuple[list[Any], list[Path]]:
+def _agents(stack: Stack) -> tuple[list[Any], list[Path], SubnetManager]:
     base = stack.tmp / "hosts"
     hosts = _hosts(stack, base)
     _start_agents(stack, hosts, base, None)
     _wait_enrolled(stack, len(hosts) + 1)
-    SubnetManager(stack, hosts, 0.05).start()  # stops with the process (daemon thread)
-    return hosts, [h.root / "access" for h in hosts]
+    sm = SubnetManager(stack, hosts, 0.05)
+    sm.start()
+    return hosts, [h.root / "access" for h in hosts], sm
 
 
 def run(o: argparse.Namespace) -> Summary:
@@ -301,14 +333,16 @@ def run(o: argparse.Namespace) -> Summary:
                          big_tenants=1, workers=2, web_workers=1, reconcile_every_s=2.0,
                          env=dict(PRODUCTION_ENV))
     began = time.monotonic()
+    sm: SubnetManager | None = None
     with Stack(config) as stack:
         try:
             _collectstatic(stack)
             world = _seed_world(stack)
-            hosts, roots = _agents(stack)
+            hosts, roots, sm = _agents(stack)
             print(f"stack + {len(hosts)} agents up in {time.monotonic() - began:.0f} s",
                   flush=True)
             lease = revocation(stack, world, roots, summary)
+            summary.done.append("revocation")
             print(f"revocation done at {time.monotonic() - began:.0f} s", flush=True)
             matrix = bb_http.run_matrix(stack.base_url, world, lease,
                                         _fingerprint(stack, world["tenant_a"]))
@@ -318,16 +352,23 @@ def run(o: argparse.Namespace) -> Summary:
             summary.notes.append(f"matrix: {len(matrix.unexpected)} statuses differ from "
                                  "credential_table (one shared world, not one per case)")
             summary.notes += [f"differs: {x}" for x in matrix.unexpected[:o.show]]
+            summary.done.append("matrix")
             print(f"matrix done at {time.monotonic() - began:.0f} s", flush=True)
-            _release(stack, world["secrets"]["runner"], lease)  # the node for the handover
-            stack.wait_settled([lease], timeout=60, ok=("ended",))
+            _clear(stack, world)  # the matrix's own orders hold GPUs: free the node
+            _ = lease
             handover(stack, world, roots, o.rounds, summary)
+            summary.done.append("handover")
             print(f"handover done at {time.monotonic() - began:.0f} s", flush=True)
             fuzz(stack, hosts, o.fuzz, summary)
+            summary.done.append("fuzz")
             summary.server_errors += _logged_errors(stack)
         except (RuntimeError, httpx.HTTPError, subprocess.SubprocessError, OSError) as exc:
             summary.notes.append(f"harness failed: {exc}"[:3000])
             summary.notes.append(stack.logs(15)[-4000:])
+        finally:
+            if sm is not None:  # before the stack drops the database it reads
+                sm.stop.set()
+                sm.join(5)
     summary.notes.append(f"total {time.monotonic() - began:.0f} s")
     return summary
 
