@@ -14,17 +14,20 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+import logging
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
 from rest_framework.settings import api_settings
+from redis.exceptions import RedisError
 from rest_framework.throttling import ScopedRateThrottle
 
 from portal.core import context
 
 SAFE = {"GET", "HEAD", "OPTIONS"}
+log = logging.getLogger(__name__)
 
 
 def scope_of(request: Any, view: Any) -> str | None:
@@ -46,7 +49,11 @@ class PortalThrottle(ScopedRateThrottle):
             return True
         self.rate = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
         self.num_requests, self.duration = self.parse_rate(self.rate)
-        return bool(super(ScopedRateThrottle, self).allow_request(request, view))
+        try:
+            return bool(super(ScopedRateThrottle, self).allow_request(request, view))
+        except (RedisError, OSError) as exc:  # Redis restarting: a limit, not a gate
+            log.warning("rate limit %s skipped, cache unreachable: %s", self.scope, exc)
+            return True
 
     def get_ident(self, request: Any) -> str:
         return context.client_ip(request.META) or "unknown"

@@ -339,7 +339,8 @@ def run(o: argparse.Namespace) -> Summary:
             _collectstatic(stack)
             world = _seed_world(stack)
             hosts, roots, sm = _agents(stack)
-            print(f"stack + {len(hosts)} agents up in {time.monotonic() - began:.0f} s",
+            print(f"stack + {len(hosts)} agents up in {time.monotonic() - began:.0f} s "
+                  f"(logs: {stack.tmp})",
                   flush=True)
             lease = revocation(stack, world, roots, summary)
             summary.done.append("revocation")
@@ -375,9 +376,14 @@ def run(o: argparse.Namespace) -> Summary:
 
 def _logged_errors(stack: Stack) -> list[str]:
     """A 500 the harness did not see (another process's request) still counts."""
-    text = stack.log_tail("web", 100_000)
-    return [f"web log: {line[:200]}" for line in text.splitlines()
-            if "Internal Server Error" in line][:20]
+    lines = stack.log_tail("web", 100_000).splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        if "Internal Server Error" in line:
+            cause = next((x for x in lines[i + 1:i + 80] if x and not x.startswith(" ")
+                          and "Traceback" not in x), "")
+            out.append(f"web log: {line[:160]} ({cause[:200]})")
+    return out[:20]
 
 
 def main(argv: list[str] | None = None) -> int:
