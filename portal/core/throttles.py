@@ -12,16 +12,16 @@ address (``REMOTE_ADDR``, which the proxy must set, as for the audit log). Over 
 from __future__ import annotations
 
 import functools
+import logging
 import math
 from collections.abc import Callable
-import logging
 from typing import Any
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
-from rest_framework.settings import api_settings
 from redis.exceptions import RedisError
+from rest_framework.settings import api_settings
 from rest_framework.throttling import ScopedRateThrottle
 
 from portal.core import context

@@ -26,11 +26,10 @@ import math
 import time
 from typing import Any
 
-from redis.exceptions import RedisError
-
 from django.conf import settings
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
+from redis.exceptions import RedisError
 
 from portal.fleet.errors import AgentError
 
