@@ -188,12 +188,13 @@ class FuzzResult:
     attempts: int = 0
     server_errors: list[str] = field(default_factory=list)
     bad_bodies: list[str] = field(default_factory=list)  # a refusal without an error body
-    statuses: dict[int, int] = field(default_factory=dict)
+    statuses: dict[str, int] = field(default_factory=dict)  # "endpoint status" -> count
 
 
 def _check(result: FuzzResult, label: str, r: httpx.Response) -> None:
     result.attempts += 1
-    result.statuses[r.status_code] = result.statuses.get(r.status_code, 0) + 1
+    key = f"{label} {r.status_code}"
+    result.statuses[key] = result.statuses.get(key, 0) + 1
     if r.status_code >= 500:
         result.server_errors.append(f"{label}: {r.status_code} {r.text[:200]}")
     elif r.status_code >= 400 and r.status_code not in (405, 429):

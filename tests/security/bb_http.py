@@ -87,6 +87,7 @@ class MatrixResult:
     leaks: list[str] = field(default_factory=list)
     server_errors: list[str] = field(default_factory=list)
     unexpected: list[str] = field(default_factory=list)  # status differs from the table
+    insiders_saw: set[str] = field(default_factory=set)  # a's markers shown to a's people
 
 
 def callers(base_url: str, world: dict[str, Any]) -> dict[str, Browser]:
@@ -148,7 +149,19 @@ def run_matrix(base_url: str, world: dict[str, Any], active_lease: str,
     finally:
         for caller in people.values():
             caller.close()
+    _sane(result)
     return result
+
+
+def _sane(result: MatrixResult) -> None:
+    """A blind matrix proves nothing: a's own people must see a's markers, and most
+    statuses must be the table's (else the sign-in or the keys did not work)."""
+    if len(result.insiders_saw) < 3:
+        raise RuntimeError(f"tenant a's own callers saw only {result.insiders_saw} of a's "
+                           "markers: the leak check would be blind")
+    if len(result.unexpected) > result.attempts // 10:
+        raise RuntimeError(f"{len(result.unexpected)} of {result.attempts} statuses differ "
+                           f"from the table: {result.unexpected[:10]}")
 
 
 def _attempt(result: MatrixResult, caller: Browser, credential: str, case: dict[str, Any],
@@ -165,6 +178,8 @@ def _attempt(result: MatrixResult, caller: Browser, credential: str, case: dict[
         result.server_errors.append(f"{label}: {response.status_code} {text[:200]}")
     if not _status_ok(want, response):
         result.unexpected.append(f"{label}: {response.status_code}, table says {want}")
+    if credential in ("browser", "own_key"):
+        result.insiders_saw.update(x for x in A_SECRETS if x in text)
     if credential in OUTSIDERS:
         for secret in A_SECRETS:
             if secret in text:
