@@ -10,6 +10,9 @@ from http.cookies import SimpleCookie
 from typing import Any
 
 import httpx
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+from websockets.typing import Origin
 
 from tests.security.blackbox_world import ACTIVE_PLACEHOLDER
 
@@ -139,9 +142,11 @@ def run_matrix(base_url: str, world: dict[str, Any], active_lease: str,
                fingerprint: Any) -> MatrixResult:
     """Every case × every credential; the refused credentials go first so that the
     admins' own writes (a removed member, a revoked key) cannot hide a leak."""
-    result = MatrixResult(routes=len({c["route"] for c in world["cases"]}))
+    result = MatrixResult(routes=len({c["route"] for c in world["cases"]}) + 1)  # + socket
     people = callers(base_url, world)
     try:
+        for credential, caller in people.items():  # while every session is signed in
+            _socket_attempt(result, caller, credential, active_lease)
         for credential in ("other_key", "removed", "viewer", "browser", "own_key"):
             for case in _order(world["cases"]):
                 _attempt(result, people[credential], credential, case, active_lease,
@@ -162,6 +167,47 @@ def _sane(result: MatrixResult) -> None:
     if len(result.unexpected) > result.attempts // 10:
         raise RuntimeError(f"{len(result.unexpected)} of {result.attempts} statuses differ "
                            f"from the table: {result.unexpected[:10]}")
+
+
+WS_EXPECTED = {"browser": "accept", "own_key": 4404, "other_key": 4404, "viewer": "accept",
+               "removed": 4404}  # tests/portal/credential_table.py WS_ROUTES
+
+
+def _socket_outcome(caller: Browser, url: str) -> tuple[int | str, str]:
+    """("accept" or the close code, or the HTTP status of a refused handshake; text seen)."""
+    host = caller.base_url.split("://", 1)[1]
+    headers = {}
+    if caller.cookies:
+        headers["Cookie"] = "; ".join(f"{k}={v}" for k, v in caller.cookies.items())
+    if caller.bearer:
+        headers["Authorization"] = f"Bearer {caller.bearer}"
+    try:
+        with connect(f"ws://{host}{url}", origin=Origin(f"https://{host}"), proxy=None,
+                     additional_headers=headers, open_timeout=20) as ws:
+            try:
+                first = ws.recv(timeout=1.5)
+                return "accept", str(first)
+            except TimeoutError:
+                return "accept", ""
+            except ConnectionClosed as closed:
+                return (closed.rcvd.code if closed.rcvd else 1006), ""
+    except InvalidStatus as refused:
+        return refused.response.status_code, ""
+
+
+def _socket_attempt(result: MatrixResult, caller: Browser, credential: str,
+                    active_lease: str) -> None:
+    url = f"/ws/leases/{active_lease}/"
+    outcome, text = _socket_outcome(caller, url)
+    result.attempts += 1
+    label = f"WS {url} as {credential}"
+    if isinstance(outcome, int) and 500 <= outcome < 600:
+        result.server_errors.append(f"{label}: {outcome}")
+    if outcome != WS_EXPECTED[credential]:
+        result.unexpected.append(f"{label}: {outcome}, table says {WS_EXPECTED[credential]}")
+    if credential in OUTSIDERS and (outcome == "accept"
+                                    or any(x in text for x in A_SECRETS)):
+        result.leaks.append(f"{label}: the socket opened ({text[:100]})")
 
 
 def _attempt(result: MatrixResult, caller: Browser, credential: str, case: dict[str, Any],
