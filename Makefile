@@ -73,6 +73,10 @@ bench-latency-demo: $(STAMP)
 bench-real-agents: $(STAMP)
 	$(PY) -m tests.bench.real_agents --nodes 8
 
+.PHONY: blackbox
+blackbox: $(STAMP)  ## the black-box security harness (docs/security.md)
+	$(PY) -m tests.security.blackbox
+
 bench-export: $(STAMP)
 	DATABASE_URL=$(BENCH_DB)_billing $(PY) -m tests.bench.export_focus --rows 1000000
 

@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 from django.utils.translation import gettext as _
+from redis.exceptions import RedisError
 from rest_framework.settings import api_settings
 from rest_framework.throttling import ScopedRateThrottle
 
@@ -50,10 +51,8 @@ class PortalThrottle(ScopedRateThrottle):
         self.num_requests, self.duration = self.parse_rate(self.rate)
         try:
             return bool(super(ScopedRateThrottle, self).allow_request(request, view))
-        except Exception:  # the cache (Redis) is away: a rate limit is never worth an outage
-            log.warning("rate limit %s not checked: the cache is unavailable", self.scope,
-                        exc_info=True)
-            self.history = []
+        except (RedisError, OSError) as exc:  # Redis restarting: a limit, not a gate
+            log.warning("rate limit %s skipped, cache unreachable: %s", self.scope, exc)
             return True
 
     def get_ident(self, request: Any) -> str:

@@ -86,7 +86,8 @@ def _manage(stack: Stack, *args: str) -> str:
 
 
 def _tokens(stack: Stack, role: str, count: int, hostname: str) -> list[str]:
-    """One-time bootstrap tokens bound to ``hostname`` (a name or an fnmatch pattern)."""
+    """Bootstrap tokens, bound to ``hostname`` (a name or an fnmatch pattern, as
+    ``agent_token create --hostname`` requires)."""
     return _manage(stack, "agent_token", "create", "--role", role, "--hostname", hostname,
                    "--count", str(count)).split()
 
@@ -125,14 +126,16 @@ def _agent_config(path: Path, url: str, token: str, root: Path, role: str,
 
 def _start_agents(stack: Stack, hosts: list[NodeHost], base: Path, ibsim: Ibsim | None) -> None:
     env = {**(ibsim.env if ibsim else stack.env()), "GPUPOOL_AGENT_PORTAL_TIMEOUT_S": "40"}
-    for host, token in zip(hosts, _tokens(stack, "node", len(hosts), "node-*"), strict=True):
+    pattern = os.path.commonprefix([h.hostname for h in hosts]).rstrip("0123456789") + "*"
+    for host, token in zip(hosts, _tokens(stack, "node", len(hosts), pattern), strict=True):
         cfg = _agent_config(host.root / "agent.toml", stack.base_url, token, host.root, "node")
         stack._spawn(f"agent-{host.hostname}", [PYTHON, "-m", "agents", "node", "--config",
                                                 str(cfg)], env)
     fabric = base / "fabric"
     FakeSysfsWriter(fabric / "sys")
     write_fake_proc(fabric / "proc", "sm-host", cpus=2, mem_gib=1)
-    cfg = _agent_config(fabric / "fabric.toml", stack.base_url, _tokens(stack, "fabric", 1, "sm-host")[0],
+    token = _tokens(stack, "fabric", 1, "sm-host")[0]
+    cfg = _agent_config(fabric / "fabric.toml", stack.base_url, token,
                         fabric, "fabric", ibsim.fabric_config() if ibsim else "")
     argv = [PYTHON, "-m", "agents", "fabric", "--config", str(cfg)]
     if ibsim is not None:  # its smpquery calls run under ibsim-run: keep sys-<pid>/ there

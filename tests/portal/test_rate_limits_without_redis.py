@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import AnonymousUser
 from django.core.cache import caches
 from rest_framework.test import APIClient
 
@@ -31,6 +32,7 @@ def test_rate_limit_fails_open_when_redis_is_down(cache_down: None, db: Any,
                                                    rf: Any) -> None:
     request = rf.post("/api/v1/orders")
     request.resolver_match = type("M", (), {"url_name": "order-create"})()
+    request.user = AnonymousUser()
     assert PortalThrottle().allow_request(request, object()) is True
 
 
