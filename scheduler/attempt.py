@@ -42,14 +42,20 @@ def gang_locality(request: Request, relax: bool) -> Locality | None:
 
 
 def find(state: ClusterState, request: Request, shape: Shape, topology: Topology,
-         relax: bool = False) -> Found | None:
-    """Best nodes for the request in the current state, without changing it."""
+         relax: bool = False, hold: bool = True) -> Found | None:
+    """Best nodes for the request in the current state, without changing it; with
+    ``hold`` (default) it keeps off nodes held for a waiting gang unless the hold
+    admits it (:mod:`scheduler.reservation`)."""
+    blocked = (state.blocked_for(request.id, request.end, request.nodes) if hold
+               else frozenset())
     if request.nodes == 1:
-        choice = state.best(shape)
+        choice = state.best(shape, blocked)
         return Found((choice,), 0) if choice is not None else None
     if state.count_feasible(shape) < request.nodes:
         return None
     choices = state.feasible_nodes(shape)
+    if blocked:
+        choices = [c for c in choices if c.node not in blocked]
     groups, locality = state.node_groups(topology), gang_locality(request, relax)
     avoid = state.drained_nodes(request.nodes)
     picked = None
