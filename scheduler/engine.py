@@ -103,6 +103,9 @@ class _Pass:
                                     index)
             if pre is None:
                 return None
+            blocked = self.base.blocked_for(req.id, req.end, req.nodes)
+            if any(c.node in blocked for c in pre.found.choices):
+                return None  # preempting there would delay the gang holding the nodes
             found, victims, shape = pre.found, pre.victims, pshape
             for v in victims:
                 self.active.pop(v.id, None)

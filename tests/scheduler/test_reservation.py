@@ -14,6 +14,7 @@ from scheduler import (
     Locality,
     LocalityLevel,
     Placement,
+    PriorityClass,
     TenantQuota,
     Unplaceable,
     schedule_pass,
@@ -138,3 +139,19 @@ HOLD = Hold("g", "A", frozenset({"a1", "a2"}), 100)
 ])
 def test_hold_admits_table(rid, end, nodes, admitted):
     assert HOLD.admits(rid, end, nodes) is admitted
+
+
+def test_preemption_does_not_take_the_held_nodes_either():
+    # leaf0: 2 idle, n0002 on-demand and n0003 spot until 100; leaf1 busy until 900.
+    # An on-demand order may preempt spot — but not on the nodes held for the gang.
+    nodes, topo = hgx_cluster(leaves=2, per_leaf=4)
+    busy = (lease("a", "n0002", list(range(8)), end=100),
+            lease("spot", "n0003", list(range(8)), end=100, priority=PriorityClass.SPOT),
+            *(lease(f"c{k}", f"n010{k}", list(range(8)), end=900) for k in range(4)))
+    s = snap(nodes, topo, leases=busy)
+    od = req("od", gpus=8, start=0, end=10_000, submitted_at=1)
+    alone = schedule_pass(s, [od], now=0).decisions[0]
+    assert isinstance(alone, Placement)  # without the gang it takes an idle node
+    d = schedule_pass(s, [GANG, od], now=0).by_id()["od"]
+    assert isinstance(d, Unplaceable) and d.reason == Reason.RESERVED, d
+    assert d.victims == ()
