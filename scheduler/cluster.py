@@ -89,6 +89,16 @@ class ClusterState:
             if self.ready[i]:
                 self.classes.setdefault(key, {})[i] = None
         self._groups: NodeGroups | None = None
+        # Per GPU model: capacity (healthy GPU milli, any node state) and free milli on
+        # ready nodes, kept incrementally (scheduler.scarcity reads them).
+        self.model_cap: dict[str, int] = {}
+        self.model_free: dict[str, int] = {}
+        for i, n in enumerate(self.nodes):
+            if n.model:
+                total = sum(self.gpu_free[i].values())
+                self.model_cap[n.model] = self.model_cap.get(n.model, 0) + total
+                self.model_free[n.model] = (self.model_free.get(n.model, 0)
+                                            + (total if self.ready[i] else 0))
         # EASY backfill reservation for the head-of-line leaf gang (fabric policies).
         self.hold: Hold | None = None
         self.held: frozenset[int] = frozenset()
@@ -300,6 +310,8 @@ class ClusterState:
             if gpu in free:
                 free[gpu] -= sign * milli
                 hold(self.holders[i], gpu, tenant, sign * milli, free[gpu])
+                if self.ready[i] and self.nodes[i].model:
+                    self.model_free[self.nodes[i].model] -= sign * milli
         self.cpu_free[i] -= sign * alloc.cpu_milli
         self.mem_free[i] -= sign * alloc.memory_mib
         self._touch(i)
@@ -308,6 +320,10 @@ class ClusterState:
         self.consume(alloc, -1, tenant)
 
     def set_ready(self, i: int, ready: bool) -> None:
+        model = self.nodes[i].model
+        if model and ready != self.ready[i]:
+            total = sum(self.gpu_free[i].values())
+            self.model_free[model] += total if ready else -total
         self._leave_class(i)
         self.ready[i] = ready
         self._touch(i)

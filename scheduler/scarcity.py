@@ -17,8 +17,7 @@ from collections.abc import Container, Iterable
 from dataclasses import replace
 
 from scheduler.cluster import Choice, ClusterState
-from scheduler.model import MILLI
-from scheduler.nodestate import Shape, total_free
+from scheduler.nodestate import Shape
 from scheduler.policy import Policy
 
 LEAD_EXEMPT = frozenset({"locality", "fabric"})
@@ -35,17 +34,13 @@ def lead_tiers(policy: Policy) -> int:
 
 def free_shares(state: ClusterState, models: Iterable[str]) -> dict[str, float]:
     """Free share of each model: free GPU milli on ready nodes / the model's capacity
-    (every healthy GPU of the model, whatever the node's state); 0 without capacity."""
-    wanted = set(models)
-    free = dict.fromkeys(wanted, 0)
-    for key, members in state.classes.items():
-        if key[0] in wanted:
-            free[key[0]] += total_free(key) * len(members)
-    cap = dict.fromkeys(wanted, 0)
-    for node in state.nodes:
-        if node.model in wanted:
-            cap[node.model] += MILLI * sum(1 for g in node.gpus if g.healthy)
-    return {m: (free[m] / cap[m] if cap[m] else 0.0) for m in wanted}
+    (every healthy GPU of the model, whatever the node's state); 0 without capacity.
+    Both are kept incrementally by the working state (O(models))."""
+    out = {}
+    for m in models:
+        cap = state.model_cap.get(m, 0)
+        out[m] = state.model_free.get(m, 0) / cap if cap else 0.0
+    return out
 
 
 def model_order(shares: dict[str, float]) -> list[str]:

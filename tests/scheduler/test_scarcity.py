@@ -11,6 +11,7 @@ import pytest
 from scheduler import Placement, schedule_pass
 from scheduler.cluster import ClusterState
 from scheduler.context import score_context
+from scheduler.nodestate import Shape
 from scheduler.policy import get_policy
 from scheduler.scarcity import free_shares, lead_tiers, model_order
 
@@ -67,3 +68,17 @@ def test_free_shares_and_model_order():
 def test_lead_tiers_stop_after_the_first_placement_tier():
     assert lead_tiers(get_policy("fgd+fabric")) == 3  # locality, fabric, fgd levels
     assert lead_tiers(get_policy("fgd+")) == 2  # locality, fgd levels
+
+
+def test_free_shares_follow_placements_releases_and_readiness():
+    s = _pool(busy_b=0)
+    state = ClusterState(s.nodes, get_policy(), score_context(s, []))
+    whole = Shape(frozenset({"B"}), 8, 1000, 0, 0)
+    choice = state.best(whole)
+    alloc = state.place(choice.node, whole, choice.option)
+    assert free_shares(state, {"B"}) == {"B": 24 / 32}
+    state.set_ready(3, False)
+    assert free_shares(state, {"B"}) == {"B": 16 / 32}
+    state.release(alloc)
+    state.set_ready(3, True)
+    assert free_shares(state, {"A", "B"}) == {"A": 1.0, "B": 1.0}
