@@ -162,20 +162,19 @@ class _Pass:
                               shape.models)
 
     def hold_for(self, request: Request, decision: Unplaceable) -> None:
-        """EASY backfill: the first leaf-required gang of the pass that is not placed
-        (for want of room, not quota) holds the nodes of the leaf that frees soonest; the
-        requests decided after it use them only if they end by its reserved start."""
-        if (self.base.leaves is None or self.base.hold is not None or request.nodes < 2
-                or not needs_one_leaf(request) or decision.reason not in HOLD_REASONS):
-            return
+        """EASY backfill: the first of the largest queued leaf-required gangs that is not
+        placed (for want of room, not quota) holds the nodes of the leaf that frees
+        soonest; the requests decided after it use them only if the hold admits them."""
         fabric = self.ctx.fabric
-        if fabric is None:
+        if (fabric is None or self.base.leaves is None or self.base.hold is not None
+                or request.nodes < 2 or request.nodes != fabric.drain_for
+                or not needs_one_leaf(request) or decision.reason not in HOLD_REASONS):
             return
         hold = plan_hold(request.id, request.nodes, fabric.leaf_of,
                          free_at(list(self.active.values())), self.now)
-        if hold is not None:
+        if hold is not None:  # the hold replaces the drain: backfill may use the leaf
             self.base.set_hold(hold)
-            self.base.set_drain(request.nodes, hold.leaf)
+            self.base.set_drain(None, None)
 
     def _explain(self, req: Request, shape: Shape, adm: Admission,
                  want_earliest: bool) -> Unplaceable:

@@ -238,7 +238,9 @@ class _Sim:
         hold = None if fits else plan_hold(head.id, head.nodes, self.leaf_of,
                                            self.free_at, t)
         self.state.set_hold(hold)
-        self.state.set_drain(head.nodes, None if hold is None else hold.leaf)
+        # The hold replaces the drain (work admitted by it may use the held leaf freely);
+        # while the gang fits a leaf, smaller gangs still keep off it if they can.
+        self.state.set_drain(None if hold is not None else head.nodes, None)
 
     def retry(self, t: int) -> list[Job]:
         placed: list[Job] = []
