@@ -8,6 +8,7 @@ from scheduler.cluster import Choice, ClusterState
 from scheduler.gang import select_gang
 from scheduler.model import MILLI, Locality, LocalityLevel, NodeAllocation, Request, Topology
 from scheduler.nodestate import NvlinkNeed, Shape, apply
+from scheduler.scarcity import best_across_models, gang_models
 
 
 @dataclass(frozen=True)
@@ -42,14 +43,31 @@ def gang_locality(request: Request, relax: bool) -> Locality | None:
 
 
 def find(state: ClusterState, request: Request, shape: Shape, topology: Topology,
-         relax: bool = False) -> Found | None:
-    """Best nodes for the request in the current state, without changing it."""
+         relax: bool = False, hold: bool = True) -> Found | None:
+    """Best nodes for the request in the current state, without changing it; with
+    ``hold`` (default) it keeps off nodes held for a waiting gang unless the hold
+    admits it (:mod:`scheduler.reservation`). Orders naming several models are planned
+    across them (:mod:`scheduler.scarcity`)."""
+    blocked = (state.blocked_for(request.id, request.end, request.nodes) if hold
+               else frozenset())
     if request.nodes == 1:
-        choice = state.best(shape)
+        choice = best_across_models(state, shape, blocked)
         return Found((choice,), 0) if choice is not None else None
+    per_model = gang_models(state, shape)
+    for one in per_model if len(per_model) == 1 else [*per_model, shape]:
+        found = _find_gang(state, request, one, topology, relax, blocked)
+        if found is not None:
+            return found
+    return None
+
+
+def _find_gang(state: ClusterState, request: Request, shape: Shape, topology: Topology,
+               relax: bool, blocked: frozenset[int]) -> Found | None:
     if state.count_feasible(shape) < request.nodes:
         return None
     choices = state.feasible_nodes(shape)
+    if blocked:
+        choices = [c for c in choices if c.node not in blocked]
     groups, locality = state.node_groups(topology), gang_locality(request, relax)
     avoid = state.drained_nodes(request.nodes)
     picked = None

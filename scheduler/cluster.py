@@ -10,7 +10,7 @@ Evaluations are memoised by node *state key*, so identical nodes cost one evalua
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Container, Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 from scheduler.fabric import LeafTracker
@@ -26,6 +26,7 @@ from scheduler.nodestate import (
     total_free,
 )
 from scheduler.policy import Cost, Policy
+from scheduler.reservation import Hold
 from scheduler.scores import ScoreContext
 from scheduler.tenancy import Held, foreign, hold
 
@@ -88,6 +89,19 @@ class ClusterState:
             if self.ready[i]:
                 self.classes.setdefault(key, {})[i] = None
         self._groups: NodeGroups | None = None
+        # Per GPU model: capacity (healthy GPU milli, any node state) and free milli on
+        # ready nodes, kept incrementally (scheduler.scarcity reads them).
+        self.model_cap: dict[str, int] = {}
+        self.model_free: dict[str, int] = {}
+        for i, n in enumerate(self.nodes):
+            if n.model:
+                total = sum(self.gpu_free[i].values())
+                self.model_cap[n.model] = self.model_cap.get(n.model, 0) + total
+                self.model_free[n.model] = (self.model_free.get(n.model, 0)
+                                            + (total if self.ready[i] else 0))
+        # EASY backfill reservation for the head-of-line leaf gang (fabric policies).
+        self.hold: Hold | None = None
+        self.held: frozenset[int] = frozenset()
         # Preemption search results per (node, version, shape, candidate lease ids):
         # (how many of the ordered candidates to preempt, evaluation) or None.
         self.victim_memo: dict[tuple[int, int, int, tuple[str, ...]],
@@ -194,8 +208,8 @@ class ClusterState:
                 out.append((ev[0], i, version[i], ev[1]))
         return out
 
-    def best(self, shape: Shape, allowed: Sequence[bool] | None = None) -> Choice | None:
-        """The lowest-cost node for ``shape`` (optionally among ``allowed`` nodes)."""
+    def best(self, shape: Shape, blocked: Container[int] = frozenset()) -> Choice | None:
+        """The lowest-cost node for ``shape`` (skipping the ``blocked`` node indices)."""
         heap = self._heap_for(shape)
         skipped: list[Entry] = []
         found: Choice | None = None
@@ -204,7 +218,7 @@ class ClusterState:
             if ver != self.version[i]:
                 heapq.heappop(heap)
                 continue
-            if allowed is not None and not allowed[i]:
+            if i in blocked:
                 skipped.append(heapq.heappop(heap))
                 continue
             found = Choice(i, cost, opt)
@@ -296,6 +310,8 @@ class ClusterState:
             if gpu in free:
                 free[gpu] -= sign * milli
                 hold(self.holders[i], gpu, tenant, sign * milli, free[gpu])
+                if self.ready[i] and self.nodes[i].model:
+                    self.model_free[self.nodes[i].model] -= sign * milli
         self.cpu_free[i] -= sign * alloc.cpu_milli
         self.mem_free[i] -= sign * alloc.memory_mib
         self._touch(i)
@@ -304,6 +320,10 @@ class ClusterState:
         self.consume(alloc, -1, tenant)
 
     def set_ready(self, i: int, ready: bool) -> None:
+        model = self.nodes[i].model
+        if model and ready != self.ready[i]:
+            total = sum(self.gpu_free[i].values())
+            self.model_free[model] += total if ready else -total
         self._leave_class(i)
         self.ready[i] = ready
         self._touch(i)
@@ -315,6 +335,24 @@ class ClusterState:
             return frozenset()
         lid = leaves.drained()
         return frozenset() if lid is None else frozenset(leaves.members[lid])
+
+    def set_hold(self, hold: Hold | None) -> None:
+        """Hold nodes for the head-of-line gang (None: no reservation). Only a state
+        that tracks leaves (a fabric policy) keeps one; others ignore it."""
+        if self.leaves is None:
+            hold = None
+        self.hold = hold
+        self.held = frozenset() if hold is None else frozenset(
+            self.index[n] for n in hold.nodes if n in self.index)
+
+    def blocked_for(self, request_id: str, end: int | None,
+                    nodes: int = 1) -> frozenset[int]:
+        """Node indices a request may not use now: the held nodes, unless the hold
+        admits it (the gang itself, or work ending by the gang's start)."""
+        hold = self.hold
+        if hold is None or hold.admits(request_id, end, nodes):
+            return frozenset()
+        return self.held
 
     def set_drain(self, nodes: int | None, leaf: str | None) -> None:
         """Drain ``leaf`` for a queued gang of ``nodes`` that needs one (None: none)."""

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 from scheduler.attempt import Found, breakdown, commit, find, shape_of
 from scheduler.cluster import ClusterState
-from scheduler.context import score_context
+from scheduler.context import free_at, needs_one_leaf, score_context
 from scheduler.decisions import Decision, PassResult, Placement, Quote, Reason, Unplaceable
 from scheduler.fairshare import decayed_usage, order_queue
 from scheduler.model import Lease, Locality, Request, Snapshot
@@ -20,6 +20,7 @@ from scheduler.nodestate import Shape
 from scheduler.policy import get_policy
 from scheduler.preempt import CandidateIndex, find_with_victims, reclaimable
 from scheduler.quota import Admission, QuotaLedger
+from scheduler.reservation import plan_hold
 from scheduler.windows import earliest_start, window_state
 
 
@@ -29,6 +30,11 @@ def effective(request: Request, now: int) -> Request:
         return request
     end = None if request.end is None else request.end + (now - request.start)
     return replace(request, start=now, end=end)
+
+
+# Reasons for which a leaf-required gang gets the EASY reservation (room, not quota).
+HOLD_REASONS = frozenset({Reason.TOPOLOGY, Reason.INSUFFICIENT_CAPACITY,
+                          Reason.FRAGMENTATION, Reason.PRIORITY, Reason.RESERVED})
 
 
 class _Pass:
@@ -97,6 +103,9 @@ class _Pass:
                                     index)
             if pre is None:
                 return None
+            blocked = self.base.blocked_for(req.id, req.end, req.nodes)
+            if any(c.node in blocked for c in pre.found.choices):
+                return None  # preempting there would delay the gang holding the nodes
             found, victims, shape = pre.found, pre.victims, pshape
             for v in victims:
                 self.active.pop(v.id, None)
@@ -152,6 +161,21 @@ class _Pass:
                               self.ctx, list(self.committed.values()), req, req.start,
                               shape.models)
 
+    def hold_for(self, request: Request, decision: Unplaceable) -> None:
+        """EASY backfill: the first of the largest queued leaf-required gangs that is not
+        placed (for want of room, not quota) holds the nodes of the leaf that frees
+        soonest; the requests decided after it use them only if the hold admits them."""
+        fabric = self.ctx.fabric
+        if (fabric is None or self.base.leaves is None or self.base.hold is not None
+                or request.nodes < 2 or request.nodes != fabric.drain_for
+                or not needs_one_leaf(request) or decision.reason not in HOLD_REASONS):
+            return
+        hold = plan_hold(request.id, request.nodes, fabric.leaf_of,
+                         free_at(list(self.active.values())), self.now)
+        if hold is not None:  # the hold replaces the drain: backfill may use the leaf
+            self.base.set_hold(hold)
+            self.base.set_drain(None, None)
+
     def _explain(self, req: Request, shape: Shape, adm: Admission,
                  want_earliest: bool) -> Unplaceable:
         reason, detail = self._reason(req, shape)
@@ -192,6 +216,10 @@ class _Pass:
                 return Reason.TOPOLOGY, "required locality can never be met"
             return Reason.NO_MATCHING_GPUS, "no node set of an allowed model holds it"
         fits_now = find(self.base, req, shape, topo) is not None
+        hold = self.base.hold
+        if not fits_now and hold is not None and find(self.base, req, shape, topo,
+                                                      hold=False) is not None:
+            return Reason.RESERVED, hold.detail
         if not fits_now and find(self.base, req, relaxed, topo, True):
             return Reason.TOPOLOGY, "free GPUs exist but not with the required locality"
         if fits_now:
@@ -222,6 +250,7 @@ def schedule_pass(snapshot: Snapshot, queue: Sequence[Request], now: int,
         decision = run.decide(request, budget > 0)
         if isinstance(decision, Unplaceable):
             budget -= 1
+            run.hold_for(request, decision)
         decisions.append(decision)
     return PassResult(tuple(decisions))
 

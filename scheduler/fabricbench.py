@@ -13,8 +13,11 @@ SuperPOD-style units × 32 nodes, 8 rails), 4,096 GPUs each. A seeded timeline w
 
 arrivals are Poisson at a rate that offers ``--load`` × capacity, durations exponential;
 each job runs for its duration from the moment it is placed. Waiting jobs are retried in
-arrival order (first ``RETRY_WINDOW``) on every arrival and departure; smaller jobs may
-pass a waiting gang (no reservations), which is what fragments leaves.
+arrival order (first ``RETRY_WINDOW``) on every arrival and departure. With ``fgd+`` (and
+any policy without the fabric score) smaller jobs may pass a waiting gang freely; the
+fabric policies apply the core's EASY reservation (``scheduler.reservation``): the first
+waiting leaf-required gang holds the nodes of the leaf that frees soonest, and only jobs
+that end by its reserved start may use them (backfill).
 
 Printed per fabric, policies side by side: time-weighted GPU allocation and leaf
 fragmentation (share of free GPUs that sit in leaves unable to host the median gang),
@@ -36,7 +39,7 @@ from typing import Any
 from scheduler.attempt import commit, find, shape_of
 from scheduler.cluster import ClusterState
 from scheduler.context import score_context
-from scheduler.fabric import FabricModel, LeafTracker, drain_leaf, typical_gang
+from scheduler.fabric import FabricModel, LeafTracker, typical_gang
 from scheduler.fabrics import fat_tree_2tier, fat_tree_3tier, superpod
 from scheduler.feasibility import never_fits
 from scheduler.model import (
@@ -51,6 +54,7 @@ from scheduler.model import (
 )
 from scheduler.policy import get_policy
 from scheduler.replay.snapshot import percentile
+from scheduler.reservation import plan_hold
 from scheduler.scores import ScoreContext
 
 RETRY_WINDOW = 128
@@ -74,10 +78,12 @@ class Job:
     def milli(self) -> int:
         return self.gpus * self.gpu_milli * self.nodes
 
-    def request(self) -> Request:
+    def request(self, at: int = 0) -> Request:
+        """The job as a request starting at ``at`` (its end matters to reservations)."""
         loc = Locality(LocalityLevel.LEAF, self.leaf_required) if self.nodes > 1 else None
         return Request(self.id, self.tenant, gpus=self.gpus, gpu_milli=self.gpu_milli,
-                       nodes=self.nodes, locality=loc, start=0, end=max(1, self.duration))
+                       nodes=self.nodes, locality=loc, start=at,
+                       end=at + max(1, self.duration))
 
 
 def fabrics() -> dict[str, tuple[tuple[Node, ...], Topology]]:
@@ -192,7 +198,7 @@ class _Sim:
         return stranded / free_total if free_total else 0.0
 
     def try_place(self, job: Job, t: int) -> bool:
-        req = job.request()
+        req = job.request(t)
         shape = shape_of(req)
         found = find(self.state, req, shape, self.topology)
         if found is None:
@@ -214,23 +220,39 @@ class _Sim:
             self.state.release(part, job.tenant if job.gpu_milli < MILLI else "")
         self.allocated -= job.milli
 
-    def drain(self, t: int) -> None:
-        """What a pass would drain now: the leaf where the largest waiting leaf-required
-        gang fits soonest by the running jobs' ends."""
-        need = max((j.nodes for j in self.waiting if j.leaf_required), default=None)
+    def plan(self, t: int) -> None:
+        """What a pass would hold now (fabric policies only): the head-of-line waiting
+        leaf-required gang gets an EASY reservation (``plan_hold``) on the leaf that
+        frees soonest; that leaf is also drained (a cost for new work) while no leaf
+        holds the gang."""
         leaves = self.state.leaves
         if leaves is None:
             return
-        leaf = None
-        if need is not None and not any(n >= need for n in leaves.idle):
-            leaf = drain_leaf(self.leaf_of, self.free_at, need)
-        self.state.set_drain(need, leaf)
+        gangs = [j for j in self.waiting if j.leaf_required and j.nodes > 1]
+        head = max(gangs, key=lambda j: j.nodes, default=None)
+        if head is None:
+            self.state.set_hold(None)
+            self.state.set_drain(None, None)
+            return
+        fits = any(n >= head.nodes for n in leaves.idle)
+        hold = None if fits else plan_hold(head.id, head.nodes, self.leaf_of,
+                                           self.free_at, t)
+        self.state.set_hold(hold)
+        # The hold replaces the drain (work admitted by it may use the held leaf freely);
+        # while the gang fits a leaf, smaller gangs still keep off it if they can.
+        self.state.set_drain(None if hold is not None else head.nodes, None)
 
     def retry(self, t: int) -> list[Job]:
-        placed, keep = [], []
-        for k, job in enumerate(self.waiting):
+        placed: list[Job] = []
+        keep: list[Job] = []
+        waiting = self.waiting
+        for k, job in enumerate(waiting):
             if k < RETRY_WINDOW and self.try_place(job, t):
                 placed.append(job)
+                hold = self.state.hold
+                if hold is not None and hold.owner == job.id:  # the next gang is head
+                    self.waiting = keep + waiting[k + 1:]
+                    self.plan(t)
             else:
                 keep.append(job)
         self.waiting = keep
@@ -255,7 +277,7 @@ def simulate(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job], pol
             sim.depart(job_id)
         else:
             sim.waiting.append(by_id[job_id])
-        sim.drain(t)
+        sim.plan(t)
         for job in sim.retry(t):
             heapq.heappush(events, (t + job.duration, 0, job.id))
     gangs = sum(1 for j in jobs if j.kind == "gang")

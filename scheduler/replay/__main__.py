@@ -11,7 +11,15 @@ from typing import Any
 from scheduler.policy import DEFAULT_POLICY, POLICIES, get_policy
 from scheduler.replay.snapshot import alloc_at, run_snapshot
 from scheduler.replay.timeline import run_timeline
-from scheduler.replay.trace import capacity_milli, load_nodes, load_pods, score_context, tune
+from scheduler.replay.trace import (
+    capacity_milli,
+    constrain,
+    ignore_models,
+    load_nodes,
+    load_pods,
+    score_context,
+    tune,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,6 +36,14 @@ def _parser() -> argparse.ArgumentParser:
     group.add_argument("--tune", type=float, help="resample to this share of capacity")
     group.add_argument("--as-given", action="store_true", help="offer pods in file order")
     snap.add_argument("--seed", type=int, default=42)
+    for p in (snap, sub.choices["timeline"]):
+        p.add_argument("--models", choices=("kept", "ignored", "unplanned"),
+                       default="kept",
+                       help="pods' model constraints: kept (planned across models, "
+                            "scarcity-aware), ignored (any model), or kept but placed "
+                            "by cost alone (unplanned; snapshot only)")
+        p.add_argument("--gpuspec", type=float, default=0.0, metavar="SHARE",
+                       help="give this share of GPU pods a synthetic model pair first")
     tl = sub.choices["timeline"]
     tl.add_argument("--tenants", type=int, default=8)
     tl.add_argument("--retry-window", type=int, default=64)
@@ -38,6 +54,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     nodes = load_nodes(args.nodes)
     originals = load_pods(args.pods)
+    if args.gpuspec:
+        originals = tuple(constrain(originals, nodes, args.gpuspec))
+    if args.models == "ignored":
+        originals = tuple(ignore_models(originals))
     policy = get_policy(args.policy)
     ctx = score_context(nodes, originals)
     report: dict[str, Any]
@@ -45,8 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         pods = list(originals)
         if args.tune is not None:
             pods = tune(originals, args.tune, args.seed, capacity_milli(nodes))
-        report = run_snapshot(nodes, pods, policy, ctx)
+        report = run_snapshot(nodes, pods, policy, ctx,
+                              plan_models=args.models != "unplanned")
         report["seed"] = None if args.as_given or args.tune is None else args.seed
+        report["models"], report["gpuspec"] = args.models, args.gpuspec
         summary = (f"policy={policy.name} pods={report['pods']} placed={report['placed']} "
                    f"alloc@100={alloc_at(report, 100)} alloc@130={alloc_at(report, 130)} "
                    f"decision_ms={report['decision_ms']}")

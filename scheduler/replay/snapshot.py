@@ -15,6 +15,7 @@ from scheduler.cluster import ClusterState
 from scheduler.model import Node
 from scheduler.policy import Policy
 from scheduler.replay.trace import Pod, capacity_milli
+from scheduler.scarcity import best_across_models
 from scheduler.scores import ScoreContext
 
 
@@ -29,8 +30,10 @@ def percentile(values: Sequence[float], pct: float) -> float:
 
 def run_snapshot(
     nodes: Sequence[Node], pods: Sequence[Pod], policy: Policy, ctx: ScoreContext,
-    max_pct: int = 130,
+    max_pct: int = 130, plan_models: bool = True,
 ) -> dict[str, Any]:
+    """``plan_models=False``: multi-model pods take the policy's best node across their
+    models with no scarcity tier (the behaviour before ``scheduler.scarcity``)."""
     state = ClusterState(nodes, policy, ctx)
     capacity = capacity_milli(nodes)
     frag = state.fragmentation()
@@ -40,7 +43,7 @@ def run_snapshot(
     for pod in pods:
         shape = pod.shape
         t0 = time.perf_counter()
-        choice = state.best(shape)
+        choice = best_across_models(state, shape) if plan_models else state.best(shape)
         if choice is not None:
             before = state.ctx.frag.frag(state.keys[choice.node])
             state.place(choice.node, shape, choice.option)

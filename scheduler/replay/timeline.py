@@ -21,6 +21,7 @@ from scheduler.model import Node, NodeAllocation
 from scheduler.policy import Policy
 from scheduler.replay.snapshot import percentile
 from scheduler.replay.trace import Pod, capacity_milli
+from scheduler.scarcity import best_across_models
 from scheduler.scores import ScoreContext
 
 ARRIVE, DEPART = 1, 0  # departures first at equal times
@@ -53,7 +54,7 @@ class _Replay:
 
     def try_place(self, idx: int, pod: Pod, t: int) -> bool:
         t0 = time.perf_counter()
-        choice = self.state.best(pod.shape)
+        choice = best_across_models(self.state, pod.shape)
         if choice is not None:
             alloc = self.state.place(choice.node, pod.shape, choice.option)
             tenant = tenant_of(pod.name, self.tenants)

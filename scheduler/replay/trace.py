@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import csv
 import random
+import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from scheduler.frag import FragModel, typical_task_mix
@@ -78,6 +79,39 @@ def _pod(row: dict[str, str]) -> Pod:
         creation_time=_int(row.get("creation_time", "")),
         deletion_time=_int(deletion) if deletion else None,
     )
+
+
+# Model pairs an order may accept on the openb nodes (synthetic constraints, --gpuspec).
+FAMILIES = (("G2", "G3"), ("V100M16", "V100M32"), ("P100", "T4"))
+
+
+def ignore_models(pods: Sequence[Pod]) -> list[Pod]:
+    """The pods with their model constraints dropped (any model)."""
+    return [replace(p, models=frozenset()) if p.models else p for p in pods]
+
+
+def constrain(pods: Sequence[Pod], nodes: Sequence[Node], share: float) -> list[Pod]:
+    """Synthetic model constraints: a ``share`` of the GPU pods without one (drawn per
+    pod name, so resampled clones keep theirs) accept one pair of :data:`FAMILIES`,
+    drawn by the pair's GPU capacity among the pairs with a node of ``num_gpu`` GPUs."""
+    cap: dict[str, int] = {}
+    most: dict[str, int] = {}
+    for n in nodes:
+        cap[n.model] = cap.get(n.model, 0) + len(n.gpus)
+        most[n.model] = max(most.get(n.model, 0), len(n.gpus))
+    out = []
+    for p in pods:
+        rng = random.Random(zlib.crc32(p.name.encode()))
+        if p.models or not p.num_gpu or rng.random() >= share:
+            out.append(p)
+            continue
+        fams = [f for f in FAMILIES if max(most.get(m, 0) for m in f) >= p.num_gpu]
+        if not fams:
+            out.append(p)
+            continue
+        fam = rng.choices(fams, [sum(cap.get(m, 0) for m in f) for f in fams])[0]
+        out.append(replace(p, models=frozenset(fam)))
+    return out
 
 
 def capacity_milli(nodes: Sequence[Node]) -> int:

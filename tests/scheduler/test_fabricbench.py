@@ -2,6 +2,7 @@
 
 from scheduler import bench, fabricbench
 from scheduler.fabrics import fat_tree_2tier
+from scheduler.model import NodeAllocation
 
 
 def test_workload_is_seeded_and_round_trips_as_csv(tmp_path):
@@ -29,3 +30,38 @@ def test_cli_prints_policies_side_by_side(capsys):
     assert bench.main(["fabric", "--jobs", "150", "--fabrics", "rail"]) == 0
     out = capsys.readouterr().out
     assert "== rail" in out and "fgd+fabric" in out and "gang_wait_p95_s" in out
+
+
+def _sim_with_waiting_gang(policy):
+    """4 leaves × 4 nodes, every leaf with one busy node (the earliest free: leaf 2,
+    t=100): a 4-node leaf-required gang waits."""
+    nodes, topo = fat_tree_2tier(leaves=4, per_leaf=4, spines=2)
+    gang = fabricbench.Job("g", 0, 3600, "gang", 8, 1000, 4, True, "t0")
+    ctx = fabricbench.context(nodes, topo, [gang])
+    sim = fabricbench._Sim(nodes, topo, policy, ctx, 4)
+    by_leaf = {}
+    for n in nodes:
+        by_leaf.setdefault(topo.leaf_of(n.name), []).append(n.name)
+    for k, leaf in enumerate(sorted(by_leaf)):
+        first = by_leaf[leaf][0]
+        sim.state.consume(NodeAllocation(first, tuple((g, 1000) for g in range(8)), 0, 0))
+        sim.free_at[first] = 100.0 if k == 2 else 900.0
+    sim.waiting.append(gang)
+    sim.plan(0)
+    return sim, by_leaf
+
+
+def test_bench_default_policy_holds_the_leaf_that_frees_soonest_for_the_waiting_gang():
+    # Finding (issue 11): in the bench, smaller jobs passed a waiting leaf gang freely.
+    sim, by_leaf = _sim_with_waiting_gang("fgd+fabric")
+    hold = sim.state.hold
+    assert hold is not None and hold.owner == "g" and hold.start == 100
+    assert hold.nodes == frozenset(by_leaf[sorted(by_leaf)[2]])
+    long_job = fabricbench.Job("long", 0, 5000, "single", 8, 1000, 1, False, "t0")
+    assert sim.try_place(long_job, 0)  # off the held leaf
+    assert sim.running["long"][0][0].node not in hold.nodes
+
+
+def test_bench_fgd_plus_keeps_no_hold():
+    sim, _ = _sim_with_waiting_gang("fgd+")
+    assert sim.state.hold is None
