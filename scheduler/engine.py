@@ -166,7 +166,8 @@ class _Pass:
         placed (for want of room, not quota) holds the nodes of the leaf that frees
         soonest; the requests decided after it use them only if the hold admits them."""
         fabric = self.ctx.fabric
-        if (fabric is None or self.base.leaves is None or self.base.hold is not None
+        if (not self.policy.holds or fabric is None or self.base.leaves is None
+                or self.base.hold is not None
                 or request.nodes < 2 or request.nodes != fabric.drain_for
                 or not needs_one_leaf(request) or decision.reason not in HOLD_REASONS):
             return

@@ -159,6 +159,7 @@ class _Sim:
     def __init__(self, nodes: Sequence[Node], topology: Topology, policy: str,
                  ctx: ScoreContext, gang_nodes: int) -> None:
         self.state = ClusterState(nodes, get_policy(policy), ctx)
+        self.holds = get_policy(policy).holds
         self.topology, self.gang_nodes = topology, gang_nodes
         self.capacity = sum(len(n.gpus) for n in nodes) * MILLI
         self.allocated = 0
@@ -235,7 +236,7 @@ class _Sim:
             self.state.set_drain(None, None)
             return
         fits = any(n >= head.nodes for n in leaves.idle)
-        hold = None if fits else plan_hold(head.id, head.nodes, self.leaf_of,
+        hold = None if fits or not self.holds else plan_hold(head.id, head.nodes, self.leaf_of,
                                            self.free_at, t)
         self.state.set_hold(hold)
         # The hold replaces the drain (work admitted by it may use the held leaf freely);
@@ -331,7 +332,8 @@ def main(argv: Sequence[str]) -> int:
     from scheduler.policy import DEFAULT_POLICY
 
     parser = argparse.ArgumentParser(prog="python -m scheduler.bench fabric")
-    parser.add_argument("--policies", nargs="+", default=["fgd+", DEFAULT_POLICY])
+    parser.add_argument("--policies", nargs="+",
+                        default=["fgd+", DEFAULT_POLICY, "fgd+fabric+hold"])
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--load", type=float, default=0.9)

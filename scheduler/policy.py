@@ -21,6 +21,10 @@ class Policy:
     name: str
     tiers: tuple[Tier, ...]
     description: str = ""
+    # EASY reservation for the head-of-line leaf-required gang (scheduler/reservation.py).
+    # Off in the default: measured, it delayed the next-largest gangs more than it helped
+    # the largest (docs/scheduler.md, "Reservation"); kept as a policy to compare.
+    holds: bool = False
 
     def __post_init__(self) -> None:
         for tier in self.tiers:
@@ -80,6 +84,12 @@ POLICIES: dict[str, Policy] = {
                "fgd+ behind a fabric tier: partly used nodes and leaves first, whole "
                "free leaves and the last leaves able to host a typical gang last "
                "(identical to fgd+ on a cluster without topology)."),
+        Policy("fgd+fabric+hold", (LOCALITY, (("fabric", 1.0),), (("fgd_levels", 1.0),),
+                                   (("cpu_strand", 1.0),), (("gpu_left", 1.0),),
+                                   (("bestfit", 1.0),)),
+               "fgd+fabric, and the head-of-line leaf-required gang that fits no leaf "
+               "holds the leaf that frees soonest (EASY backfill: only work that ends "
+               "before the gang's start may use it).", holds=True),
     )
 }
 

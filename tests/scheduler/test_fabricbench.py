@@ -51,9 +51,9 @@ def _sim_with_waiting_gang(policy):
     return sim, by_leaf
 
 
-def test_bench_default_policy_holds_the_leaf_that_frees_soonest_for_the_waiting_gang():
+def test_bench_hold_policy_holds_the_leaf_that_frees_soonest_for_the_waiting_gang():
     # Finding (issue 11): in the bench, smaller jobs passed a waiting leaf gang freely.
-    sim, by_leaf = _sim_with_waiting_gang("fgd+fabric")
+    sim, by_leaf = _sim_with_waiting_gang("fgd+fabric+hold")
     hold = sim.state.hold
     assert hold is not None and hold.owner == "g" and hold.start == 100
     assert hold.nodes == frozenset(by_leaf[sorted(by_leaf)[2]])
@@ -64,4 +64,10 @@ def test_bench_default_policy_holds_the_leaf_that_frees_soonest_for_the_waiting_
 
 def test_bench_fgd_plus_keeps_no_hold():
     sim, _ = _sim_with_waiting_gang("fgd+")
+    assert sim.state.hold is None
+
+
+def test_bench_default_policy_holds_nothing():
+    """The hold is opt-in: measured, it cost the next-largest gangs more than it saved."""
+    sim, _ = _sim_with_waiting_gang("fgd+fabric")
     assert sim.state.hold is None

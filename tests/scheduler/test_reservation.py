@@ -24,6 +24,9 @@ from scheduler.reservation import Hold, plan_hold
 
 from .builders import hgx_cluster, lease, req, snap
 
+# The hold is opt-in (scheduler/policy.py): off in the default policy, measured.
+HOLD_POLICY = "fgd+fabric+hold"
+
 LEAF = Locality(LocalityLevel.LEAF, required=True)
 
 
@@ -47,7 +50,7 @@ def test_waiting_leaf_gang_is_not_passed_by_a_longer_smaller_gang():
     # 10,000. Now it is refused as reserved and the gang keeps its start.
     s = _waiting_gang_case()
     pair = req("pair", gpus=8, nodes=2, start=0, end=10_000, submitted_at=1)
-    by_id = schedule_pass(s, [GANG, pair], now=0).by_id()
+    by_id = schedule_pass(s, [GANG, pair], now=0, policy=HOLD_POLICY).by_id()
     assert isinstance(by_id["gang"], Unplaceable)
     assert by_id["gang"].earliest_start == 100
     refused = by_id["pair"]
@@ -59,7 +62,7 @@ def test_waiting_leaf_gang_is_not_passed_by_a_longer_smaller_gang():
 def test_work_that_ends_before_the_gang_starts_backfills_the_held_leaf():
     s = _waiting_gang_case()
     short = req("short", gpus=8, nodes=2, start=0, end=100, submitted_at=1)
-    d = schedule_pass(s, [GANG, short], now=0).by_id()["short"]
+    d = schedule_pass(s, [GANG, short], now=0, policy=HOLD_POLICY).by_id()["short"]
     assert isinstance(d, Placement), d
     assert set(d.nodes) == {"n0000", "n0001"}
 
@@ -69,7 +72,7 @@ def test_single_node_work_off_the_held_nodes_is_unaffected_and_on_them_is_refuse
     first = req("first", gpus=8, start=0, end=10_000, submitted_at=1)
     second = req("second", gpus=8, start=0, end=10_000, submitted_at=2)
     open_ended = req("open", gpus=1, start=0, end=None, submitted_at=3)
-    by_id = schedule_pass(s, [GANG, first, second, open_ended], now=0).by_id()
+    by_id = schedule_pass(s, [GANG, first, second, open_ended], now=0, policy=HOLD_POLICY).by_id()
     assert by_id["first"].nodes == ("n0103",)  # the one idle node outside the hold
     assert by_id["second"].reason == Reason.RESERVED
     assert by_id["open"].reason == Reason.RESERVED  # open-ended never backfills
@@ -79,7 +82,7 @@ def test_a_gang_as_large_as_the_waiting_one_may_take_the_held_leaf():
     s = _waiting_gang_case()
     twin = req("twin", gpus=8, nodes=4, locality=LEAF, start=0, end=10_000,
                submitted_at=1)
-    by_id = schedule_pass(s, [GANG, twin], now=0).by_id()
+    by_id = schedule_pass(s, [GANG, twin], now=0, policy=HOLD_POLICY).by_id()
     # Neither fits now (3 idle nodes); the twin is refused for room, not by the hold.
     assert by_id["twin"].reason == Reason.INSUFFICIENT_CAPACITY
 
@@ -95,7 +98,7 @@ def test_a_gang_refused_by_quota_holds_nothing():
     s = _waiting_gang_case()
     s = replace(s, quotas={"t1": TenantQuota("t1", gpu_hour_budget=1.0)})
     pair = req("pair", tenant="t2", gpus=8, nodes=2, start=0, end=10_000, submitted_at=1)
-    by_id = schedule_pass(s, [GANG, pair], now=0).by_id()
+    by_id = schedule_pass(s, [GANG, pair], now=0, policy=HOLD_POLICY).by_id()
     assert by_id["gang"].reason == Reason.BUDGET
     assert isinstance(by_id["pair"], Placement)
 
@@ -150,8 +153,8 @@ def test_preemption_does_not_take_the_held_nodes_either():
             *(lease(f"c{k}", f"n010{k}", list(range(8)), end=900) for k in range(4)))
     s = snap(nodes, topo, leases=busy)
     od = req("od", gpus=8, start=0, end=10_000, submitted_at=1)
-    alone = schedule_pass(s, [od], now=0).decisions[0]
+    alone = schedule_pass(s, [od], now=0, policy=HOLD_POLICY).decisions[0]
     assert isinstance(alone, Placement)  # without the gang it takes an idle node
-    d = schedule_pass(s, [GANG, od], now=0).by_id()["od"]
+    d = schedule_pass(s, [GANG, od], now=0, policy=HOLD_POLICY).by_id()["od"]
     assert isinstance(d, Unplaceable) and d.reason == Reason.RESERVED, d
     assert d.victims == ()
