@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterator
 from functools import cache
 from typing import Any
 
@@ -105,3 +106,13 @@ def _fresh_rate_limits() -> None:
         keys = list(client.scan_iter(match="*throttle_*", count=500))
         if keys:
             client.delete(*keys)
+
+
+@pytest.fixture(autouse=True)
+def _default_language_after_each_test() -> Iterator[None]:
+    """A test that activates a language (a page in 中文, a mail composed per recipient) must
+    not leave it active for the next test in the same thread."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()

@@ -255,11 +255,20 @@ def _preempt(victims: tuple[str, ...], *, by: Lease, at: datetime) -> None:
 
 def _end_slots_at(victim: Lease, at: datetime) -> None:
     """The victim's slots end where the preemptor's begin but stay live: the preemptor is
-    fenced (``handover``) until the victim's teardown is observed. (A slot that began at
-    ``at`` or later cannot end there; it never reached the hardware and is freed.)"""
+    fenced (``handover``) until the victim's teardown is observed. A slot that began at
+    ``at`` or later cannot end there, so it is freed — but a victim placed in the same
+    second as the preemptor's start is already granted on its node: its freed slots stay
+    fenced like a withdrawn lease's (``released_generation``) until the node has applied a
+    push without them."""
     rows = Allocation.objects.filter(lease=victim, live=True)
-    rows.filter(start_at__gte=at).update(live=False)
-    rows.filter(end_at__gt=at).update(end_at=at)
+    freed = list(rows.filter(start_at__gte=at).values_list("pk", flat=True))
+    rows.filter(end_at__gt=at, start_at__lt=at).update(end_at=at)
+    if not freed:
+        return
+    Allocation.objects.filter(pk__in=freed).update(live=False)
+    for node_id, generation in _push_nodes_of(victim).items():
+        Allocation.objects.filter(pk__in=freed, node_id=node_id).update(
+            released_generation=generation)
 
 
 # --- provisioning -------------------------------------------------------------------------

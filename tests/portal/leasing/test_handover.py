@@ -418,3 +418,25 @@ def test_timed_out_provisioning_fences_its_slots_until_the_removal_is_applied(
     assert state(second) == S.PROVISIONING
     agent_reports(node, generation(node))
     assert state(second) == S.ACTIVE
+
+
+def test_preemptor_waits_for_a_victim_placed_in_the_same_second(pool: dict[str, Any],
+                                                                 settings: Any) -> None:
+    """A victim whose slots began in the very second the preemptor starts was freed at once,
+    unfenced ("it never reached the hardware"): but it was active, granted on the node, and
+    the preemptor was granted the same GPUs before the victim's teardown was observed."""
+    settings.GPUPOOL_PREEMPT_GRACE_S = 0
+    spot, node = _active(pool)
+    Lease.objects.filter(pk=spot.pk).update(priority="spot")
+    _cordon_all_but(node)
+    boss = order(pool, "bob", "b")  # same (frozen) second as the spot lease's start
+    orchestration.run_schedule_pass()
+    assert state(spot) == S.RELEASING and state(boss) == S.PROVISIONING
+    orchestration.provision(boss.pk)
+    orchestration.teardown(spot.pk)
+    assert grant_id(boss) not in granted(node)
+    agent_reports(node, generation(node))  # the teardown is observed: boss pushed at once
+    assert state(spot) == S.PREEMPTED
+    assert granted(node) == {grant_id(boss): list(range(8))}
+    agent_reports(node, generation(node))
+    assert state(boss) == S.ACTIVE
