@@ -15,10 +15,11 @@ from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from portal.console.forms import MemberInviteForm, MemberRoleForm, role_prefix
-from portal.console.views import apply_errors, staff_only, tenant_page
+from portal.console.views import staff_only, tenant_page
 from portal.core.errors import ApplicationError
 from portal.tenants import invitations, services
 from portal.tenants.models import Invitation, Membership, Tenant
+from portal.web.invites import invite_from_form
 
 
 def _back(tenant: Tenant) -> HttpResponse:
@@ -35,17 +36,8 @@ def _refused(request: HttpRequest, tenant: Tenant, exc: ApplicationError) -> Htt
 def member_invite(request: HttpRequest, slug: str) -> HttpResponse:
     tenant = get_object_or_404(Tenant, slug=slug)
     form = MemberInviteForm(request.POST, prefix="invite")
-    if form.is_valid():
-        try:
-            issued = invitations.invitation_create(
-                actor=request.user, tenant=tenant, email=form.cleaned_data["email"],
-                role=form.cleaned_data["role"], base_url=request.build_absolute_uri("/"))
-        except ApplicationError as exc:
-            apply_errors(form, exc)
-        else:
-            messages.success(request, _("An invitation was sent to %(email)s.")
-                             % {"email": issued.invitation.email})
-            return _back(tenant)
+    if form.is_valid() and invite_from_form(request, tenant, form):
+        return _back(tenant)
     return tenant_page(request, tenant, invite_form=form, status=400)
 
 

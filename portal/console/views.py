@@ -29,7 +29,7 @@ from portal.console.forms import (
     role_prefix,
 )
 from portal.console.quotas import CONFIRM, quota_set
-from portal.core.errors import ApplicationError, NotFound, PermissionDenied
+from portal.core.errors import ApplicationError
 from portal.inventory import selectors as inventory
 from portal.inventory import services as inventory_services
 from portal.inventory.models import Gpu, Node, StorageEndpoint
@@ -37,6 +37,7 @@ from portal.inventory.services import node_set_state
 from portal.leasing.models import Lease, Quota
 from portal.tenants.models import Tenant
 from portal.tenants.services import tenant_set_status
+from portal.web.formerrors import apply_errors
 
 
 def staff_only(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
@@ -152,17 +153,6 @@ def tenants(request: HttpRequest) -> HttpResponse:
              "budget": billing.budget_usage(tenant=t, month=month),
              "contracts": t.contracts.all()} for t in Tenant.objects.order_by("name")[:200]]
     return render(request, "console/tenants.html", {"rows": rows, "month": month})
-
-
-def apply_errors(form: Form, exc: ApplicationError) -> None:
-    """A service's field messages next to the form's fields (unknown ones on top)."""
-    if isinstance(exc, PermissionDenied | NotFound):
-        raise exc
-    if not exc.fields:
-        form.add_error(None, exc.message)
-    for name, errors in exc.fields.items():
-        for error in errors:
-            form.add_error(name if name in form.fields else None, error)
 
 
 TENANT_FORMS = ("quota", "contract", "credit")

@@ -8,13 +8,13 @@ from typing import Any
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.forms import Form
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 
-from portal.core.errors import ApplicationError, NotFound, PermissionDenied
+from portal.core.errors import NotFound, PermissionDenied
 from portal.tenants import access
 from portal.tenants.models import Role
+from portal.web.formerrors import apply_errors  # noqa: F401  (re-exported for the views)
 
 View = Callable[..., HttpResponse]
 
@@ -69,17 +69,3 @@ def can(request: HttpRequest, role: str) -> bool:
     return ROLE_RANK[Role(current)] >= ROLE_RANK[Role(role)]
 
 
-def apply_errors(form: Form, exc: ApplicationError) -> None:
-    """Put a service's field messages next to the form's fields (unknown ones on top).
-
-    Refusals (403) and unknown objects (404) are not form errors: they propagate.
-    """
-    if isinstance(exc, PermissionDenied | NotFound):
-        raise exc
-    if not exc.fields:
-        form.add_error(None, exc.message)
-        return
-    for field, messages in exc.fields.items():
-        target = field if field in form.fields else None
-        for message in messages:
-            form.add_error(target, message)

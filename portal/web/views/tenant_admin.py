@@ -19,6 +19,7 @@ from portal.tenants.models import Membership, Role
 from portal.tenants.selectors import api_key_list, invitation_list, membership_list
 from portal.web import panels
 from portal.web.forms import ApiKeyForm, InviteForm, MemberLimitForm, RoleForm
+from portal.web.invites import invite_from_form
 from portal.web.views._common import apply_errors, can, tenant_page
 from portal.web.views.dashboard import quota_rows
 
@@ -70,17 +71,8 @@ def members(request: HttpRequest) -> HttpResponse:
     form = InviteForm(request.POST or None)
     if request.method == "POST":
         require_role(request.user, tenant, Role.ADMIN)
-        if form.is_valid():
-            try:
-                issued = invitations.invitation_create(
-                    actor=request.user, tenant=tenant, email=form.cleaned_data["email"],
-                    role=form.cleaned_data["role"], base_url=request.build_absolute_uri("/"))
-            except ApplicationError as exc:
-                apply_errors(form, exc)
-            else:
-                messages.success(request, _("An invitation was sent to %(email)s.")
-                                 % {"email": issued.invitation.email})
-                return redirect("web:members")
+        if form.is_valid() and invite_from_form(request, tenant, form):
+            return redirect("web:members")
     return _members_page(request, form)
 
 
