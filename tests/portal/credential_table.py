@@ -197,3 +197,12 @@ ROUTES: dict[str, list[Case]] = {
 WS_ROUTES: dict[str, dict[str, int | str]] = {
     "ws/leases/<uuid:lease_id>/": _row(ACCEPT, 4404, 4404, ACCEPT, 4404),
 }
+
+
+def expected(case_expected: dict[str, int | str], credential: str, url: str) -> int | str:
+    """The answer a credential must get on ``url``: the table's, except that the removed
+    member's stale key no longer authenticates anywhere under /api/ but the agent API
+    (401; ADR 0112). One rule for the in-process matrix and the black-box harness."""
+    if credential == "removed" and url.startswith("/api/") and "/api/agent/" not in url:
+        return 401
+    return case_expected[credential]

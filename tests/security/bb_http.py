@@ -14,6 +14,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import connect
 from websockets.typing import Origin
 
+from tests.portal import credential_table as table
 from tests.security.blackbox_world import ACTIVE_PLACEHOLDER
 
 # What tenant a owns that a credential outside a must never be shown (the in-process
@@ -219,7 +220,7 @@ def _attempt(result: MatrixResult, caller: Browser, credential: str, case: dict[
     response = _send(caller, case, active_lease)
     result.attempts += 1
     text = response.text
-    want = case["expected"][credential]
+    want = table.expected(case["expected"], credential, url)
     if response.status_code >= 500:
         result.server_errors.append(f"{label}: {response.status_code} {text[:200]}")
     if not _status_ok(want, response):

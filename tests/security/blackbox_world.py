@@ -103,6 +103,8 @@ def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
     return {
         "none": {}, "tenant": {"slug": "a"}, "tenant_slug": {"tenant_slug": "a"},
         "membership": {"tenant_slug": "a", "pk": w["membership"].pk},
+        "console_member": {"slug": "a", "member_id": w["membership"].pk},
+        "console_invitation": {"slug": "a", "invitation_id": w["invitation"].pk},
         "invitation": {"tenant_slug": "a", "pk": w["invitation"].pk},
         "invitation_id": {"invitation_id": w["invitation"].pk},
         "bad_token": {"token": "gpi_not-a-token"}, "missing_pk": {"pk": 999_999},
