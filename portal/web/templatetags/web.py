@@ -7,7 +7,7 @@ from typing import Any
 from django import template
 
 from portal.tenants import access
-from portal.web import labels
+from portal.web import labels, waits
 
 register = template.Library()
 
@@ -69,39 +69,12 @@ def reason(text: Any) -> Any:
     return labels.reason_pattern(str(text)) or text
 
 
-@register.filter
-def shown_state(lease: Any) -> str:
-    from portal.web import waits
-
-    return waits.shown_state(lease)
-
-
-@register.filter
-def shown_start(lease: Any) -> Any:
-    from portal.web import waits
-
-    return waits.shown_start(lease)
-
-
-@register.filter
-def shown_end(lease: Any) -> Any:
-    from portal.web import waits
-
-    return waits.shown_end(lease)
-
-
-@register.filter
-def wait_sentence(lease: Any) -> str:
-    from portal.web import waits
-
-    return waits.lease_wait(lease)
-
-
-@register.filter
-def quote_wait(quote: Any) -> str:
-    from portal.web import waits
-
-    return waits.quote_wait(quote)
+# How a lease's state, start, end and wait read on a page (portal/web/waits.py).
+register.filter("shown_state", waits.shown_state)
+register.filter("shown_start", waits.shown_start)
+register.filter("shown_end", waits.shown_end)
+register.filter("wait_sentence", waits.lease_wait)
+register.filter("quote_wait", waits.quote_wait)
 
 
 @register.filter
