@@ -11,10 +11,12 @@ carries the header (a view that set its own) is left alone.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
+
+from portal.core.asyncmw import DualModeMiddleware
 
 HEADER = "Content-Security-Policy"
 NONCE = "'nonce'"
@@ -37,16 +39,14 @@ def build_policy(base: Policy, extra: Mapping[str, Policy], path: str, nonce: st
     return "; ".join(parts)
 
 
-class ContentSecurityPolicyMiddleware:
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+class ContentSecurityPolicyMiddleware(DualModeMiddleware):
+    def before(self, request: HttpRequest) -> str:
         nonce = secrets.token_urlsafe(16)
         request.csp_nonce = nonce  # type: ignore[attr-defined]
-        response = self.get_response(request)
+        return nonce
+
+    def after(self, request: HttpRequest, response: HttpResponse, state: str) -> None:
         if HEADER not in response:
             response[HEADER] = build_policy(settings.GPUPOOL_CSP,
                                             getattr(settings, "GPUPOOL_CSP_EXTRA", {}),
-                                            request.path, nonce)
-        return response
+                                            request.path, state)

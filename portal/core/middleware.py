@@ -1,27 +1,24 @@
 from __future__ import annotations
 
-from collections.abc import Callable
+from contextvars import Token
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest
 
 from portal.core import context
+from portal.core.asyncmw import DualModeMiddleware
 
 
-class RequestContextMiddleware:
+class RequestContextMiddleware(DualModeMiddleware):
     """Records the caller's address and agent so that services can audit without a request."""
 
-    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
-        self.get_response = get_response
-
-    def __call__(self, request: HttpRequest) -> HttpResponse:
+    def before(self, request: HttpRequest) -> Token[context.RequestContext | None]:
         via = "api" if request.path.startswith("/api/") else (
             "admin" if request.path.startswith("/admin/") else "web")
-        token = context.set_current(context.RequestContext(
+        return context.set_current(context.RequestContext(
             ip=context.client_ip(request.META),
             user_agent=request.META.get("HTTP_USER_AGENT", "")[:300],
             via=via,
         ))
-        try:
-            return self.get_response(request)
-        finally:
-            context.reset(token)
+
+    def done(self, state: Token[context.RequestContext | None]) -> None:
+        context.reset(state)
