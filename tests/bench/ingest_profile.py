@@ -16,6 +16,7 @@ most expensive functions (cProfile, cumulative). PostgreSQL: ``DATABASE_URL`` (d
 from __future__ import annotations
 
 import argparse
+import asyncio
 import cProfile
 import inspect
 import io
@@ -67,8 +68,39 @@ def _request(node: Any, now: float) -> Any:
                                  HTTP_AUTHORIZATION=f"Bearer {node.credential}")
 
 
-def _run(nodes: list[Any], rounds: int, start: float,
-         profiler: cProfile.Profile | None) -> tuple[list[float], int]:
+def _asgi_run(nodes: list[Any], rounds: int, start: float,
+              profiler: cProfile.Profile | None) -> list[float]:
+    """``--through asgi``: each report through Django's ASGI handler (middleware, the agent
+    API's database thread) in one event loop, as uvicorn hands it over (HTTP parsing and
+    the socket not included)."""
+    from django.test import AsyncClient
+
+    async def main() -> list[float]:
+        cpu: list[float] = []
+        client = AsyncClient()
+        for r in range(rounds):
+            for node in nodes:
+                body = json.dumps(node.report(start + 10.0 * r))
+                path = f"/api/agent/v1/nodes/{node.node_id}/reports"
+                auth = {"Authorization": f"Bearer {node.credential}"}
+                if profiler is not None:
+                    profiler.enable()
+                t0 = time.process_time()  # every thread of this process
+                resp = await client.post(path, body, content_type="application/json",
+                                         headers=auth)
+                cpu.append(time.process_time() - t0)
+                if profiler is not None:
+                    profiler.disable()
+                assert resp.status_code == 200, resp.content[:300]
+        return cpu
+
+    return asyncio.run(main())
+
+
+def _run(nodes: list[Any], rounds: int, start: float, profiler: cProfile.Profile | None,
+         through: str = "view") -> tuple[list[float], int]:
+    if through == "asgi":
+        return _asgi_run(nodes, rounds, start, profiler), 0
     from django.db import connection, reset_queries
 
     from portal.fleet.api import views
@@ -100,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=12, help="reports per node (10 s apart)")
     p.add_argument("--warmup-rounds", type=int, default=2)
     p.add_argument("--profile", type=int, default=0, help="print the N costliest functions")
+    p.add_argument("--through", choices=("view", "asgi"), default="view",
+                   help="view: the report view alone; asgi: Django's ASGI handler too")
     o = p.parse_args(argv)
     _setup(os.environ.get("BENCH_PROFILE_DATABASE_URL", DEFAULT_DB))
     run = f"{int(time.time()) % 100000}"
@@ -107,9 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     start = time.time() - (o.rounds + o.warmup_rounds) * 10.0
     _run(nodes, o.warmup_rounds, start, None)  # first reports: rows created, caches warm
     profiler = cProfile.Profile(time.process_time) if o.profile else None
-    cpu, queries = _run(nodes, o.rounds, start + o.warmup_rounds * 10.0, profiler)
+    cpu, queries = _run(nodes, o.rounds, start + o.warmup_rounds * 10.0, profiler, o.through)
     ms = sorted(c * 1000 for c in cpu)
-    print(f"in-process report view, {o.nodes} nodes x {o.rounds} reports (8 GPUs, 1 port)")
+    print(f"in-process report {o.through}, {o.nodes} nodes x {o.rounds} reports "
+          "(8 GPUs, 1 port)")
     print(f"  {'reports':<24}{len(ms)}")
     print(f"  {'server CPU ms / report':<24}mean {statistics.fmean(ms):.2f}  "
           f"p50 {ms[len(ms) // 2]:.2f}  p90 {ms[int(len(ms) * 0.9)]:.2f}")
