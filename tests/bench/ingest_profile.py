@@ -148,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'reports':<24}{len(ms)}")
     print(f"  {'server CPU ms / report':<24}mean {statistics.fmean(ms):.2f}  "
           f"p50 {ms[len(ms) // 2]:.2f}  p90 {ms[int(len(ms) * 0.9)]:.2f}")
-    print(f"  {'queries / report':<24}{queries / len(ms):.2f}")
+    counted = f"{queries / len(ms):.2f}" if o.through == "view" else "not counted (asgi)"
+    print(f"  {'queries / report':<24}{counted}")
     print(f"  {'load average':<24}{' '.join(open('/proc/loadavg').read().split()[:3])}")  # noqa: SIM115
     if profiler is not None:
         out = io.StringIO()
