@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db import models
+from django.db.models import Case, OuterRef, Q, Subquery, When
 
 from portal.fleet.models import (
+    AgentCredential,
     FabricDesiredState,
     FabricObservedState,
     GpuTelemetry,
@@ -27,16 +30,44 @@ def node_converged(*, node: Node, generation: int) -> bool:
         node=node, generation_applied__gte=generation, partitions_in_sync=True).exists()
 
 
-def desired_document(*, agent_id: str, role: str, node_pk: int | None,
-                     after_generation: int) -> dict[str, Any] | None:
-    """The agent's desired-state document if its generation is above ``after_generation``."""
-    if role == Role.FABRIC:
-        row = FabricDesiredState.objects.filter(
-            name="default", generation__gt=after_generation).values("document").first()
-        return {**row["document"], "node_id": agent_id} if row else None
-    row = NodeDesiredState.objects.filter(
-        node_id=node_pk, generation__gt=after_generation).values("document").first()
-    return row["document"] if row else None
+@dataclass(frozen=True)
+class DesiredRead:
+    """One read of the long-poll: whose credential it is, and the desired-state document
+    if its generation is above the ``after_generation`` asked for (else ``None``)."""
+
+    agent_id: str
+    role: str
+    node_pk: int | None
+    valid_until: datetime | None
+    document: dict[str, Any] | None
+
+
+def _newer(model: type[models.Model], after: int, **key: Any) -> Subquery:
+    rows = model.objects.filter(generation__gt=after, **key).values("document")[:1]
+    return Subquery(rows, output_field=models.JSONField())
+
+
+def desired_document(*, credential_hash: str, after_generation: int) -> DesiredRead | None:
+    """The long-poll's one round trip: the live (not revoked) credential with that hash,
+    its agent, and the agent's desired-state document only if it is newer than
+    ``after_generation`` (the body is not read otherwise). ``None``: no such credential.
+    One SELECT in autocommit: no transaction, no write (expiry is checked by the caller)."""
+    fabric = _newer(FabricDesiredState, after_generation, name="default")
+    node = _newer(NodeDesiredState, after_generation, node_id=OuterRef("agent__node_id"))
+    row = (AgentCredential.objects
+           .filter(credential_hash=credential_hash, revoked_at__isnull=True)
+           .annotate(doc=Case(When(agent__role=Role.FABRIC, then=fabric), default=node,
+                              output_field=models.JSONField()))
+           .values("agent__agent_id", "agent__role", "agent__node_id", "valid_until", "doc")
+           .first())
+    if row is None:
+        return None
+    doc = row["doc"]
+    if doc is not None and row["agent__role"] == Role.FABRIC:
+        doc = {**doc, "node_id": row["agent__agent_id"]}
+    return DesiredRead(agent_id=row["agent__agent_id"], role=row["agent__role"],
+                       node_pk=row["agent__node_id"], valid_until=row["valid_until"],
+                       document=doc)
 
 
 def unreachable_node_ids() -> set[int]:

@@ -2,12 +2,31 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.http import HttpRequest
 
+from portal.core import clock
 from portal.fleet.api.throttle import throttle
 from portal.fleet.errors import AgentError
 from portal.fleet.models import AgentCredential
-from portal.fleet.services.enrolment import credential_authenticate
+from portal.fleet.services.enrolment import credential_authenticate, digest
+
+PREFIX = "gpn_"
+
+
+def unauthenticated() -> AgentError:
+    return AgentError("unauthenticated", "missing, invalid, expired or revoked credential")
+
+
+def forbidden() -> AgentError:
+    return AgentError("forbidden", "this credential belongs to another node")
+
+
+def check_live(*, found: bool, valid_until: datetime | None) -> None:
+    """401 unless a credential was found and is not past its overlap end (rotation)."""
+    if not found or (valid_until is not None and valid_until <= clock.now()):
+        raise unauthenticated()
 
 
 class AgentCredentialAuth:
@@ -17,17 +36,28 @@ class AgentCredentialAuth:
 
     keyword = "Bearer "
 
-    def authenticate(self, request: HttpRequest, node_id: str) -> AgentCredential:
+    def bearer(self, request: HttpRequest) -> str:
+        """The bearer value, throttled (no database work); 401 when there is none."""
         header = request.headers.get("Authorization", "")
-        cred = None
-        if header.startswith(self.keyword):
-            raw = header[len(self.keyword):].strip()
-            throttle(scope="agent", secret=raw)
-            cred = credential_authenticate(raw)
+        if not header.startswith(self.keyword):
+            raise unauthenticated()
+        raw = header[len(self.keyword):].strip()
+        throttle(scope="agent", secret=raw)
+        return raw
+
+    def bearer_hash(self, request: HttpRequest) -> str:
+        """``bearer`` as its stored form (sha256 hex); 401 when it cannot be one of ours."""
+        raw = self.bearer(request)
+        if not raw.startswith(PREFIX):
+            raise unauthenticated()
+        return digest(raw)
+
+    def authenticate(self, request: HttpRequest, node_id: str) -> AgentCredential:
+        cred = credential_authenticate(self.bearer(request))
         if cred is None:
-            raise AgentError("unauthenticated", "missing, invalid, expired or revoked credential")
+            raise unauthenticated()
         if cred.agent.agent_id != node_id:
-            raise AgentError("forbidden", "this credential belongs to another node")
+            raise forbidden()
         return cred
 
 

@@ -24,11 +24,13 @@ import hashlib
 import logging
 import math
 import time
+import weakref
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
+from redis.commands.core import Script
 from redis.exceptions import RedisError
 
 from portal.fleet.errors import AgentError
@@ -77,13 +79,26 @@ def throttle(*, scope: str, secret: str) -> None:
                          retry_after=retry)
 
 
+_scripts: weakref.WeakKeyDictionary[RedisCache, Script] = weakref.WeakKeyDictionary()
+
+
+def _script(backend: RedisCache) -> Script:
+    """The bucket script on the cache's write server, made once per cache backend (one
+    per thread): a Redis client object is not built per request, and the script is sent
+    by its SHA (``EVALSHA``, loaded again by redis-py if the server lost it)."""
+    script = _scripts.get(backend)
+    if script is None:
+        script = backend._cache.get_client(None, write=True).register_script(_GCRA)
+        _scripts[backend] = script
+    return script
+
+
 def _take(key: str, interval: float, burst: int, now: float) -> float:
     """Seconds until a token is free (0: taken now)."""
     backend = caches["default"]
     if isinstance(backend, RedisCache):
         full_key = backend.make_and_validate_key(key)
-        client = backend._cache.get_client(full_key, write=True)
-        return float(client.eval(_GCRA, 1, full_key, repr(now), repr(interval), burst))
+        return float(_script(backend)(keys=[full_key], args=[repr(now), repr(interval), burst]))
     tat = max(float(backend.get(key) or now), now)
     wait = tat + interval - burst * interval - now
     if wait > 0:

@@ -1,14 +1,14 @@
 """The agent API, protocol v1 (docs/agent-protocol.md): parse → call a service → render.
 
 Plain Django views (no DRF) keep the hot path lean and the error bodies exactly as §4.
-The long-poll is an async view that holds no transaction (and no connection) while waiting.
+The long-poll (``longpoll.py``) is an async view that holds no transaction (and no
+connection) while waiting, and costs one query per timeout when idle.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +17,8 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonR
 from django.views.decorators.csrf import csrf_exempt
 
 from portal.core.errors import ApplicationError
-from portal.fleet import jsonbody, protocol, selectors, wakeup
+from portal.fleet import jsonbody, protocol
+from portal.fleet.api import longpoll
 from portal.fleet.api.auth import agent_auth
 from portal.fleet.api.dbthread import run_db
 from portal.fleet.api.throttle import throttle
@@ -160,31 +161,13 @@ def _params(request: HttpRequest) -> tuple[int, float]:
     return int(values["after_generation"]), float(values["wait"])
 
 
-def _who(request: HttpRequest, node_id: str) -> tuple[str, int | None]:
-    agent = agent_auth.authenticate(request, node_id).agent
-    return agent.role, agent.node_id
-
-
 @csrf_exempt
 async def desired_state(request: HttpRequest, node_id: str) -> HttpResponse:
     if request.method != "GET":
         return HttpResponseNotAllowed(["GET"])
     try:
         after, wait = _params(request)
-        role, node_pk = await run_db(request, _who, request, node_id)
+        return await longpoll.long_poll(request, agent_auth.bearer_hash(request), node_id,
+                                        after, wait)
     except ApplicationError as exc:
         return _error(exc)
-    deadline = time.monotonic() + wait
-    # Subscribed before the first read: a change committed after it wakes us (wakeup.py);
-    # each read is a short autocommit one, no transaction or thread is held while waiting.
-    async with wakeup.subscribe(wakeup.desired_key(role, node_pk)) as changes:
-        while True:
-            document = await run_db(request, selectors.desired_document, agent_id=node_id,
-                                    role=role, node_pk=node_pk, after_generation=after)
-            if document is not None:
-                return JsonResponse(document)
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return HttpResponse(status=204)
-            if not await changes.wait(remaining):  # timed out, nothing changed
-                return HttpResponse(status=204)

@@ -29,6 +29,7 @@ from portal.fleet.models import (
 from portal.fleet.models.agents import Role
 from portal.fleet.services import approval
 from portal.fleet.services.approval import Enrolment
+from portal.fleet.services.credentials import credential_with_node
 from portal.fleet.services.desired import agent_for_node, new_agent_id
 from portal.fleet.services.inventory_sync import node_for_enrolment
 from portal.tenants.access import AnyUser, is_staff
@@ -231,8 +232,7 @@ def credential_authenticate(raw: str) -> AgentCredential | None:
     """The live credential for ``raw`` (not revoked, not past its overlap), or None."""
     if not raw.startswith("gpn_"):
         return None
-    cred = (AgentCredential.objects.select_related("agent__node__health", "agent__node__observed")
-            .filter(credential_hash=digest(raw), revoked_at__isnull=True).first())
+    cred = credential_with_node(digest(raw))  # select_related(agent, node, health, observed)
     if cred is None or (cred.valid_until is not None and cred.valid_until <= clock.now()):
         return None
     return cred

@@ -1,9 +1,10 @@
 """Report ingestion (§5): idempotent by ``(agent, seq)``, lean on the hot path.
 
-Per accepted node report: one insert claims the seq, two updates record the heartbeat,
-two selects read the previous latest rows, two bulk upserts write the new latest rows, at
-most two bulk inserts add the per-minute history, one update writes the observed state;
-only when that changed does the convergence hook (``fleet.hooks``) move the node's leases.
+Per accepted node report on PostgreSQL: one statement claims the seq, records the
+heartbeat and reads the desired generation; one reads the previous latest GPU and port
+rows; one writes the new latest rows and the per-minute history (``telemetry_pg``); the
+observed state is written only when it changed, and only then does the convergence hook
+(``fleet.hooks``) move the node's leases. Other databases take the portable ORM path.
 """
 
 from __future__ import annotations
@@ -27,8 +28,13 @@ from portal.fleet.models import (
     PortTelemetry,
 )
 from portal.fleet.models.agents import Role
-from portal.fleet.services import cleaning, health
-from portal.fleet.services.samples import gpu_samples, port_samples
+from portal.fleet.services import cleaning, health, telemetry_pg
+from portal.fleet.services.samples import (
+    SampleRow,
+    gpu_sample_rows,
+    port_sample_rows,
+    samples_store,
+)
 from portal.inventory.models import Node
 
 GPU_FIELDS = ["uuid", "ts", "healthy", "lost", "last_xid", "data"]
@@ -120,23 +126,33 @@ def _heartbeat_pg(agent: Agent, body: dict[str, Any], now: datetime,
     return bool(claimed), generation
 
 
+def _fast() -> bool:
+    """PostgreSQL: telemetry in two statements (``telemetry_pg``); else the ORM path."""
+    return connection.vendor == "postgresql"
+
+
+def _previous(node: Node) -> telemetry_pg.Previous:
+    """The node's latest GPU and port rows before this report."""
+    if _fast():
+        return telemetry_pg.previous(node.pk)
+    return ({r["index"]: r for r in GpuTelemetry.objects.filter(node=node).values(
+                "index", "ts", "healthy", "lost", "last_xid")},
+            {(r["device"], r["port"]): r for r in PortTelemetry.objects.filter(
+                node=node).values("device", "port", "ts", "state_id", "phys_state_id", "data")})
+
+
 def _node_report(node: Node, body: dict[str, Any], newest: bool) -> bool:
     """Store the report; True when the node's observed state changed."""
     telemetry = body["telemetry"]
-    prev_gpus = {r["index"]: r for r in GpuTelemetry.objects.filter(node=node).values(
-        "index", "ts", "healthy", "lost", "last_xid")}
-    prev_ports = {(r["device"], r["port"]): r for r in PortTelemetry.objects.filter(
-        node=node).values("device", "port", "ts", "state_id", "phys_state_id", "data")}
-    gpu_samples(node, telemetry, prev_gpus)
-    port_samples(node, telemetry, prev_ports)
+    prev_gpus, prev_ports = _previous(node)
+    history = gpu_sample_rows(telemetry, prev_gpus) + port_sample_rows(telemetry, prev_ports)
     gpus = _latest(telemetry, "gpus", lambda g: g["index"])
     ports = _latest(telemetry, "ib_ports", lambda p: (p["device"], p["port"]))
     fresh_gpus = {k: v for k, v in gpus.items()
                   if k not in prev_gpus or v[0] > prev_gpus[k]["ts"]}
     fresh_ports = {k: v for k, v in ports.items()
                    if k not in prev_ports or v[0] > prev_ports[k]["ts"]}
-    _upsert_gpus(node, fresh_gpus)
-    _upsert_ports(node, fresh_ports)
+    _store(node, fresh_gpus, fresh_ports, history)
     xids = [e for t in telemetry for e in t.get("xid_events") or []]
     health.evaluate(node=node, gpus={k: v[1] for k, v in fresh_gpus.items()},
                     prev_gpus=prev_gpus, ports={k: v[1] for k, v in fresh_ports.items()},
@@ -145,6 +161,17 @@ def _node_report(node: Node, body: dict[str, Any], newest: bool) -> bool:
         cleaning.unclean_reported(node=node, observed=body["observed"],
                                   previous=cleaning.previous_observed(node))
     return newest and _node_observed(node, body["observed"])
+
+
+def _store(node: Node, gpus: dict[int, tuple[datetime, dict[str, Any]]],
+           ports: dict[Any, tuple[datetime, dict[str, Any]]], history: list[SampleRow]) -> None:
+    if _fast():
+        telemetry_pg.store(node.pk, [_gpu_row(i, ts, g) for i, (ts, g) in gpus.items()],
+                           [_port_row(k, ts, p) for k, (ts, p) in ports.items()], history)
+        return
+    samples_store(node, history)
+    _upsert_gpus(node, gpus)
+    _upsert_ports(node, ports)
 
 
 def _latest(telemetry: list[dict[str, Any]], key: str,
@@ -157,12 +184,22 @@ def _latest(telemetry: list[dict[str, Any]], key: str,
     return out
 
 
+def _gpu_row(index: int, ts: datetime, g: dict[str, Any]) -> dict[str, Any]:
+    return {"index": index, "uuid": str(g.get("uuid") or "")[:64], "ts": ts,
+            "healthy": bool(g["healthy"]), "lost": bool(g.get("lost", False)),
+            "last_xid": g.get("last_xid"), "data": g}
+
+
+def _port_row(key: tuple[str, int], ts: datetime, p: dict[str, Any]) -> dict[str, Any]:
+    return {"device": key[0][:32], "port": key[1], "port_guid": str(p.get("port_guid") or ""),
+            "ts": ts, "state_id": _small(p.get("state_id")),
+            "phys_state_id": _small(p.get("phys_state_id")), "data": p}
+
+
 def _upsert_gpus(node: Node, gpus: dict[int, tuple[datetime, dict[str, Any]]]) -> None:
     if not gpus:
         return
-    rows = [GpuTelemetry(node=node, index=index, uuid=str(g.get("uuid") or "")[:64], ts=ts,
-                         healthy=bool(g["healthy"]), lost=bool(g.get("lost", False)),
-                         last_xid=g.get("last_xid"), data=g)
+    rows = [GpuTelemetry(node=node, **_gpu_row(index, ts, g))
             for index, (ts, g) in gpus.items()]
     GpuTelemetry.objects.bulk_create(rows, update_conflicts=True, update_fields=GPU_FIELDS,
                                      unique_fields=["node", "index"])
@@ -171,11 +208,7 @@ def _upsert_gpus(node: Node, gpus: dict[int, tuple[datetime, dict[str, Any]]]) -
 def _upsert_ports(node: Node, ports: dict[Any, tuple[datetime, dict[str, Any]]]) -> None:
     if not ports:
         return
-    rows = [PortTelemetry(node=node, device=dev[:32], port=num,
-                          port_guid=str(p.get("port_guid") or ""), ts=ts,
-                          state_id=_small(p.get("state_id")),
-                          phys_state_id=_small(p.get("phys_state_id")), data=p)
-            for (dev, num), (ts, p) in ports.items()]
+    rows = [PortTelemetry(node=node, **_port_row(key, ts, p)) for key, (ts, p) in ports.items()]
     PortTelemetry.objects.bulk_create(rows, update_conflicts=True, update_fields=PORT_FIELDS,
                                       unique_fields=["node", "device", "port"])
 

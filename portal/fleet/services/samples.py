@@ -1,5 +1,6 @@
 """Downsampled telemetry history: at most one ``TelemetrySample`` per GPU/port per minute
-(the first sample of each minute), written with one bulk insert per report."""
+(the first sample of each minute), written with one bulk insert per report (on PostgreSQL
+in the same statement as the latest rows: ``telemetry_pg``)."""
 
 from __future__ import annotations
 
@@ -33,10 +34,15 @@ def _prev_minute(prev: dict[str, Any] | None) -> datetime | None:
     return ts.replace(second=0, microsecond=0)
 
 
-def gpu_samples(node: Node, telemetry: list[dict[str, Any]],
-                prev: dict[int, dict[str, Any]]) -> None:
+SampleRow = tuple[str, str, datetime, dict[str, Any]]  # kind, key, minute, values
+
+
+def gpu_sample_rows(telemetry: list[dict[str, Any]],
+                    prev: dict[int, dict[str, Any]]) -> list[SampleRow]:
+    """The history rows a report adds for its GPUs: the first sample of each minute after
+    the minute of the GPU's latest row (``prev``)."""
     seen = {k: _prev_minute(v) for k, v in prev.items()}
-    rows = []
+    rows: list[SampleRow] = []
     for item in telemetry:
         minute = _minute(item["ts"])
         for g in item.get("gpus") or []:
@@ -44,17 +50,16 @@ def gpu_samples(node: Node, telemetry: list[dict[str, Any]],
             if last is not None and minute <= last:
                 continue
             seen[g["index"]] = minute
-            rows.append(TelemetrySample(node=node, kind="gpu", key=str(g["index"]),
-                                        minute=minute,
-                                        values={k: g[k] for k in GPU_KEEP if k in g}))
-    if rows:
-        TelemetrySample.objects.bulk_create(rows, ignore_conflicts=True)
+            rows.append(("gpu", str(g["index"]), minute,
+                         {k: g[k] for k in GPU_KEEP if k in g}))
+    return rows
 
 
-def port_samples(node: Node, telemetry: list[dict[str, Any]],
-                 prev: dict[tuple[str, int], dict[str, Any]]) -> None:
+def port_sample_rows(telemetry: list[dict[str, Any]],
+                     prev: dict[tuple[str, int], dict[str, Any]]) -> list[SampleRow]:
+    """The same for the HCA ports (key ``device:port``)."""
     seen = {k: _prev_minute(v) for k, v in prev.items()}
-    rows = []
+    rows: list[SampleRow] = []
     for item in telemetry:
         minute = _minute(item["ts"])
         for p in item.get("ib_ports") or []:
@@ -63,10 +68,26 @@ def port_samples(node: Node, telemetry: list[dict[str, Any]],
             if last is not None and minute <= last:
                 continue
             seen[key] = minute
-            rows.append(TelemetrySample(node=node, kind="port", key=f"{key[0]}:{key[1]}"[:40],
-                                        minute=minute, values=_port_values(p)))
+            rows.append(("port", f"{key[0]}:{key[1]}"[:40], minute, _port_values(p)))
+    return rows
+
+
+def samples_store(node: Node, rows: list[SampleRow]) -> None:
+    """Insert the rows (one bulk insert; a minute already stored is kept)."""
     if rows:
-        TelemetrySample.objects.bulk_create(rows, ignore_conflicts=True)
+        TelemetrySample.objects.bulk_create(
+            [TelemetrySample(node=node, kind=kind, key=key, minute=minute, values=values)
+             for kind, key, minute, values in rows], ignore_conflicts=True)
+
+
+def gpu_samples(node: Node, telemetry: list[dict[str, Any]],
+                prev: dict[int, dict[str, Any]]) -> None:
+    samples_store(node, gpu_sample_rows(telemetry, prev))
+
+
+def port_samples(node: Node, telemetry: list[dict[str, Any]],
+                 prev: dict[tuple[str, int], dict[str, Any]]) -> None:
+    samples_store(node, port_sample_rows(telemetry, prev))
 
 
 def _port_values(p: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,83 @@
+"""The desired-state long-poll (§6): at most one database round trip per timeout when idle.
+
+Each read is ONE autocommit SELECT (``selectors.desired_document``) answering both "whose
+credential is this" (revocation and expiry checked on every request, nothing cached) and
+"is there a generation above ``after_generation``" (the document body only when there
+is). A wait that times out with no wake-up answers 204 without reading again.
+
+The wake-up key (``wakeup.desired_key``) is needed *before* the read, so that a change
+committed after it wakes us. It is the agent's role and node, which never change for an
+agent id (a re-enrolled host gets a new id): each process remembers them per agent id once
+a request authenticated for it (``KEYS``; a hint only: the read returns the truth, and a
+wrong hint is corrected before waiting). The first long-poll of an agent in a process
+reads twice (once to learn the key, once subscribed); every later one reads once.
+"""
+
+from __future__ import annotations
+
+import time
+
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from portal.fleet import selectors, wakeup
+from portal.fleet.api.auth import check_live, forbidden
+from portal.fleet.api.dbthread import run_db
+
+MAX_KEYS = 200_000  # agent ids remembered per process (~40 MB at most); then start over
+KEYS: dict[str, str] = {}
+
+
+def read(credential_hash: str, node_id: str, after: int) -> selectors.DesiredRead:
+    """The one read; 401 for an unknown/revoked/expired credential, 403 for another node's."""
+    found = selectors.desired_document(credential_hash=credential_hash, after_generation=after)
+    check_live(found=found is not None, valid_until=found.valid_until if found else None)
+    assert found is not None
+    if found.agent_id != node_id:
+        raise forbidden()
+    return found
+
+
+def _remember(node_id: str, key: str) -> None:
+    if len(KEYS) >= MAX_KEYS:
+        KEYS.clear()
+    KEYS[node_id] = key
+
+
+def _key(found: selectors.DesiredRead) -> str:
+    return wakeup.desired_key(found.role, found.node_pk)
+
+
+async def _wait(request: HttpRequest, credential_hash: str, node_id: str, after: int,
+                deadline: float, key: str) -> HttpResponse | str:
+    """Subscribed to ``key``: read, then wait for a wake-up until ``deadline``. Returns the
+    answer, or the agent's real key when ``key`` was not it (nothing was waited for)."""
+    async with wakeup.subscribe(key) as changes:
+        while True:
+            found = await run_db(request, read, credential_hash, node_id, after)
+            if found.document is not None:
+                return JsonResponse(found.document)
+            if _key(found) != key:
+                return _key(found)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not await changes.wait(remaining):
+                return HttpResponse(status=204)  # timed out, nothing changed: no re-read
+
+
+async def long_poll(request: HttpRequest, credential_hash: str, node_id: str, after: int,
+                    wait: float) -> HttpResponse:
+    """The answer to one long-poll (``ApplicationError`` for 401/403, raised by a read)."""
+    deadline = time.monotonic() + wait
+    key = KEYS.get(node_id)
+    if key is None:  # first long-poll of this agent in this process: learn its key
+        found = await run_db(request, read, credential_hash, node_id, after)
+        key = _key(found)
+        _remember(node_id, key)
+        if found.document is not None:
+            return JsonResponse(found.document)
+    for _ in range(2):  # a wrong hint is corrected once
+        answer = await _wait(request, credential_hash, node_id, after, deadline, key)
+        if isinstance(answer, HttpResponse):
+            return answer
+        key = answer
+        _remember(node_id, key)
+    return HttpResponse(status=204)

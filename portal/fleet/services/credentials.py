@@ -1,0 +1,79 @@
+"""The agent API's credential lookup in one prepared statement (the report hot path).
+
+What ``AgentCredential.objects.select_related("agent__node__health",
+"agent__node__observed")`` loads, without compiling a query per request: the SQL is built
+once from the models' own columns, each row is split into the five models
+(``Model.from_db``, JSON columns decoded by their fields) and linked through the same
+caches ``select_related`` fills, so ``cred.agent.node.health`` costs no further query and
+a missing health or observed row raises ``DoesNotExist`` as usual.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from django.db import connection, models
+
+from portal.fleet.models import Agent, AgentCredential, NodeHealth, NodeObservedState
+from portal.inventory.models import Node
+
+# (model, alias, joined on) in select order; the first two are inner joins
+_CHAIN: tuple[tuple[type[models.Model], str, str], ...] = (
+    (AgentCredential, "c", ""),
+    (Agent, "a", "a.id = c.agent_id"),
+    (Node, "n", "n.id = a.node_id"),
+    (NodeHealth, "h", "h.node_id = n.id"),
+    (NodeObservedState, "o", "o.node_id = n.id"),
+)
+
+
+def _columns(model: type[models.Model], alias: str) -> list[str]:
+    return [f'{alias}."{f.column}"' for f in model._meta.concrete_fields]
+
+
+@cache
+def _sql() -> str:
+    cols = ", ".join(c for model, alias, _ in _CHAIN for c in _columns(model, alias))
+    joins = [f'{"JOIN" if i < 2 else "LEFT JOIN"} "{m._meta.db_table}" {alias} ON {on}'
+             for i, (m, alias, on) in enumerate(_CHAIN) if on]
+    first = _CHAIN[0]
+    source = f'"{first[0]._meta.db_table}" {first[1]} {" ".join(joins)}'
+    where = 'c."credential_hash" = %s AND c."revoked_at" IS NULL'
+    return f"SELECT {cols} FROM {source} WHERE {where}"  # noqa: S608 - model names only
+
+
+def _instance(model: type[models.Model], values: list[Any]) -> Any:
+    if values[0] is None:  # LEFT JOIN found nothing
+        return None
+    fields = model._meta.concrete_fields
+    for i, field in enumerate(fields):
+        if isinstance(field, models.JSONField) and values[i] is not None:
+            values[i] = field.from_db_value(values[i], None, connection)
+    return model.from_db(connection.alias, [f.attname for f in fields], values)
+
+
+def _split(row: tuple[Any, ...]) -> list[Any]:
+    out, at = [], 0
+    for model, _, _ in _CHAIN:
+        width = len(model._meta.concrete_fields)
+        out.append(_instance(model, list(row[at:at + width])))
+        at += width
+    return out
+
+
+def credential_with_node(credential_hash: str) -> AgentCredential | None:
+    """The unrevoked credential with that hash, its agent, node, health and observed state
+    loaded (expiry is the caller's check); ``None`` if there is none."""
+    with connection.cursor() as cur:
+        cur.execute(_sql(), [credential_hash])
+        row = cur.fetchone()
+    if row is None:
+        return None
+    cred, agent, node, health, observed = _split(row)
+    AgentCredential._meta.get_field("agent").set_cached_value(cred, agent)
+    Agent._meta.get_field("node").set_cached_value(agent, node)
+    if node is not None:
+        Node._meta.get_field("health").set_cached_value(node, health)  # type: ignore[union-attr]
+        Node._meta.get_field("observed").set_cached_value(node, observed)  # type: ignore[union-attr]
+    return cred  # type: ignore[no-any-return]
