@@ -77,12 +77,23 @@ def throttle(*, scope: str, secret: str) -> None:
                          retry_after=retry)
 
 
+_CLIENTS: dict[str, Any] = {}
+
+
+def _shared(backend: RedisCache) -> Any:
+    """One Redis client (and connection pool) per process and server list. Django's cache
+    handler gives every asyncio context its own ``RedisCache``, whose pool starts empty:
+    without this each agent request opened a new TCP connection to Redis (and said HELLO)
+    just to take a token (simscale, issue 12)."""
+    return _CLIENTS.setdefault(repr(backend._servers), backend._cache)
+
+
 def _take(key: str, interval: float, burst: int, now: float) -> float:
     """Seconds until a token is free (0: taken now)."""
     backend = caches["default"]
     if isinstance(backend, RedisCache):
         full_key = backend.make_and_validate_key(key)
-        client = backend._cache.get_client(full_key, write=True)
+        client = _shared(backend).get_client(full_key, write=True)
         return float(client.eval(_GCRA, 1, full_key, repr(now), repr(interval), burst))
     tat = max(float(backend.get(key) or now), now)
     wait = tat + interval - burst * interval - now
