@@ -151,11 +151,10 @@ class Pool:
         if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
             raise ValueError("not an HTTP/1.x status line")
         status = int(parts[1])
-        raw = await conn.reader.readuntil(b"\r\n\r\n")
         headers: dict[str, str] = {}
-        for line in raw.decode("latin-1").split("\r\n"):
-            if ":" in line:
-                name, value = line.split(":", 1)
+        while (line := (await conn.reader.readuntil(b"\r\n"))[:-2]) != b"":
+            name, sep, value = line.decode("latin-1").partition(":")
+            if sep:
                 headers[name.strip().lower()] = value.strip()
         content = await self._body(conn.reader, status, headers)
         keep = headers.get("connection", "").lower() != "close" \

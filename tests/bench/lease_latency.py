@@ -189,7 +189,7 @@ def _start_fleet(stack: Stack, o: argparse.Namespace) -> tuple[HttpFleet, float]
     issued = fleet.start()
     meter = _meter(stack, fleet)
     meter.start()
-    enrolled = fleet.wait_enrolled(timeout=max(600.0, o.nodes * 0.5))
+    enrolled = fleet.wait_enrolled(timeout=max(900.0, o.nodes * 1.0))
     cpu = meter.stop(_backends(stack))
     info = fleet.counts()
     print(f"HTTP agent simulator: {o.nodes} agents (tokens + inventory {issued:.1f} s), all "

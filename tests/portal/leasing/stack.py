@@ -105,7 +105,7 @@ class StackConfig:
 class Stack:
     def __init__(self, config: StackConfig | None = None) -> None:
         self.config = config or StackConfig()
-        self.tmp = Path(tempfile.mkdtemp(prefix="gpupool-stack-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"{db_prefix()}-"))  # our name space too
         self.db_name = f"{db_prefix()}_{os.getpid()}_{next(_counter)}"
         self.db_url = f"{server_url()}/{self.db_name}"
         self.redis_port = free_port()
