@@ -50,8 +50,9 @@ def free_port() -> int:
 
 
 def raise_fd_limit() -> None:
-    """Open files up to the hard limit (a server holding 10,000 long-polls needs 10,000
-    sockets; the usual soft limit is 1,024). Production: ``LimitNOFILE=`` in the unit."""
+    """This process's open-file limit up to the hard one, before it starts the stack's
+    processes (they inherit it): a server holding 10,000 long-polls needs 10,000 sockets
+    and the usual soft limit is 1,024. Production: ``LimitNOFILE=`` in the unit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
     if soft != resource.RLIM_INFINITY and target > soft:
@@ -136,6 +137,7 @@ class Stack:
 
     def start(self) -> None:
         began = time.perf_counter()
+        raise_fd_limit()  # inherited by every process started below
         self._create_db()
         self.start_redis()
         self._seed()
@@ -181,8 +183,7 @@ class Stack:
     def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=raise_fd_limit)
+                                stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         proc.name = name  # type: ignore[attr-defined]
         self._all.append(proc)
