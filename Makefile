@@ -66,9 +66,12 @@ bench-longpoll: $(STAMP)
 	$(PY) -m tests.bench.longpoll_idle --nodes 200 --long-poll 10 --timeouts 3
 
 # agents over HTTP (agents.simfleet, GPUPOOL_SIMULATED_AGENTS=0): the production path
+## order → active over the agent protocol (HTTP agent simulator; docs/adr/0140). 1,000 nodes at
+## the portal's own intervals (reports 10 s, long-poll 30 s); 10,000 nodes at what the portal
+## should tell a fleet that size (reports every nodes/100 s = 100 s: 100 reports/s either way).
 bench-latency: $(STAMP)
 	$(PY) -m tests.bench.lease_latency --nodes 1000
-	$(PY) -m tests.bench.lease_latency --nodes 10000 --report-interval 600 --long-poll 60 \
+	$(PY) -m tests.bench.lease_latency --nodes 10000 --report-interval 100 --long-poll 60 \
 	  --orders 20 --idle-timeouts 1
 
 .PHONY: bench-latency-demo

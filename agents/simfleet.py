@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
+import heapq
 import json
 import random
 import signal
@@ -31,152 +31,185 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from agents import __version__, protocol
+from agents.simhttp import HttpError, Pool, Response
 from agents.simnode import SimNode, telemetry_template
+from agents.simstats import Stats
 
-SHARDS = 64  # clients (connection pools): httpcore scans its pool on every request
+ENROL_TIMEOUT_S = 120.0  # an enrolment answered late is still an enrolment: do not resend
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--portal", required=True, help="portal base URL")
+    p.add_argument("--portal", required=True, help="portal base URL (http://)")
     p.add_argument("--nodes", type=int, default=10)
     p.add_argument("--tokens-file", type=Path, required=True,
                    help="one one-time bootstrap token per line, one per node")
     p.add_argument("--inventory", type=Path, help="hostname -> ports/GPUs (JSON)")
     p.add_argument("--hostname-prefix", default="sim-node-")
     p.add_argument("--gpus", default="h100x8")
-    p.add_argument("--report-interval", type=float, default=10.0)
+    p.add_argument("--report-interval", type=float, default=0.0,
+                   help="seconds between regular reports; 0: what the portal said at "
+                        "enrolment (heartbeat_interval_s)")
+    p.add_argument("--jitter", type=float, default=0.5,
+                   help="each report moves up to ± this fraction of its slot (the interval "
+                        "/ nodes) so that reports never line up")
     p.add_argument("--long-poll", type=int, default=0,
                    help="seconds per long-poll; 0: what the portal said at enrolment")
     p.add_argument("--apply-delay", type=float, default=0.1,
                    help="seconds from receiving desired state to converged (apply + SM)")
     p.add_argument("--enrol-concurrency", type=int, default=16)
+    p.add_argument("--connections", type=int, default=0,
+                   help="HTTP connections at most (0: nodes + enrol concurrency + 64: one "
+                        "long-poll each and room for reports)")
     p.add_argument("--duration", type=float, default=0.0, help="seconds; 0 = until SIGTERM")
     p.add_argument("--summary", type=Path, help="also write the summary JSON here")
     p.add_argument("--seed", type=int, default=1)
 
 
 class Fleet:
+    """N identities over ONE connection pool. Per identity: one task that long-polls (it
+    sleeps in a socket read); the regular reports of all of them come from ONE scheduler
+    task, each node in its own slot of the interval (evenly spread, jittered)."""
+
     def __init__(self, args: argparse.Namespace, nodes: list[SimNode]) -> None:
         self.args, self.nodes = args, nodes
-        per = max(4, 3 * len(nodes) // SHARDS + 4)
-        limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
-        timeout = httpx.Timeout(30.0, connect=30.0, pool=None)
-        self.clients = [httpx.AsyncClient(base_url=args.portal.rstrip("/"), limits=limits,
-                                          timeout=timeout) for _ in range(SHARDS)]
-        self.stop = asyncio.Event()
-        self.counts: dict[str, int] = {}
-        self.errors: dict[str, int] = {}
-        self.report_s: list[float] = []
-        self.long_poll_s = args.long_poll
+        limit = args.connections or len(nodes) + args.enrol_concurrency + 64
+        self.pool = Pool(args.portal, limit=limit)
+        self.stats = Stats()
+        self.long_poll_s = int(args.long_poll)
+        self.report_interval_s = float(args.report_interval)
         self.paused = False
         self.started = time.monotonic()
+        self.rng = random.Random(args.seed)
+        self.due: list[tuple[float, int, int]] = []  # (when, node index, cycle)
+        self.epoch = time.monotonic()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.interval_known = asyncio.Event()
 
-    def client(self, node: SimNode) -> httpx.AsyncClient:
-        return self.clients[node.index % SHARDS]
-
-    def count(self, key: str) -> None:
-        self.counts[key] = self.counts.get(key, 0) + 1
-
-    async def call(self, node: SimNode, method: str, path: str, body: Any = None,
-                   params: dict[str, Any] | None = None,
-                   timeout: float | None = None) -> httpx.Response | None:  # fmt: skip
+    async def call(self, node: SimNode, method: str, path: str, endpoint: str,
+                   body: Any = None, params: dict[str, Any] | None = None,
+                   timeout: float = 30.0) -> Response | None:  # fmt: skip
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if node.credential:
             headers[protocol.AUTH_HEADER] = f"Bearer {node.credential}"
-        content = None if body is None else json.dumps(body, separators=(",", ":"))
+        content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
+        t0 = time.perf_counter()
         try:
-            resp = await self.client(node).request(
-                method, path, content=content, params=params, headers=headers,
-                timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT)
-        except httpx.HTTPError as exc:
-            self.errors[type(exc).__name__] = self.errors.get(type(exc).__name__, 0) + 1
+            resp = await self.pool.request(method, path, body=content, params=params,
+                                           headers=headers, timeout=timeout)
+        except HttpError as exc:
+            self.stats.error(endpoint, str(exc).split(":")[0])
             return None
+        self.stats.took(endpoint, time.perf_counter() - t0)
         if resp.status_code >= 400:
-            key = f"{method} {resp.status_code}"
-            self.errors[key] = self.errors.get(key, 0) + 1
+            self.stats.error(endpoint, str(resp.status_code))
             return None
         return resp
 
     # --- one identity --------------------------------------------------------------------
     async def enrol(self, node: SimNode, gate: asyncio.Semaphore) -> None:
         delay = 1.0
-        while not self.stop.is_set():
+        while True:
             async with gate:
-                resp = await self.call(node, "POST", protocol.ENROL_PATH, node.enrol_request())
+                resp = await self.call(node, "POST", protocol.ENROL_PATH, "enrol",
+                                       node.enrol_request(), timeout=ENROL_TIMEOUT_S)
             if resp is not None:
-                data = resp.json()
-                node.node_id, node.credential = data["node_id"], data["credential"]
-                if not self.long_poll_s:
-                    self.long_poll_s = int(data.get("long_poll_timeout_s") or 30)
-                self.count("enrolled")
+                self._enrolled(node, json.loads(resp.content))
                 return
-            await self._sleep(delay)
+            await asyncio.sleep(delay * self.rng.uniform(0.5, 1.5))
             delay = min(delay * 2, 30.0)
 
-    async def report(self, node: SimNode) -> None:
+    def _enrolled(self, node: SimNode, data: dict[str, Any]) -> None:
+        node.node_id, node.credential = data["node_id"], data["credential"]
+        if not self.long_poll_s:
+            self.long_poll_s = int(data.get("long_poll_timeout_s") or 30)
+        if not self.report_interval_s:
+            self.report_interval_s = float(data.get("heartbeat_interval_s") or 10)
+        self.interval_known.set()
+        self.stats.count("enrolled")
+        self._schedule(node, cycle=self._cycle_now(node))
+
+    def _cycle_now(self, node: SimNode) -> int:
+        """The first cycle whose slot for ``node`` is still ahead."""
+        elapsed = time.monotonic() - self.epoch
+        return int(elapsed // self.report_interval_s) + (
+            1 if self._offset(node, 0.0) < elapsed % self.report_interval_s else 0)
+
+    def _offset(self, node: SimNode, jitter: float) -> float:
+        slot = self.report_interval_s / max(1, len(self.nodes))
+        return (node.index + 0.5 + jitter) * slot
+
+    def _schedule(self, node: SimNode, cycle: int) -> None:
+        j = self.rng.uniform(-self.args.jitter, self.args.jitter)
+        when = self.epoch + cycle * self.report_interval_s + self._offset(node, j)
+        heapq.heappush(self.due, (when, node.index, cycle))
+
+    async def report(self, node: SimNode, why: str = "reports") -> None:
         async with node.lock:  # one at a time per node, in seq order (as the spool sends)
             body = node.report(time.time())
-            t0 = time.perf_counter()
             resp = await self.call(node, "POST", protocol.REPORTS_PATH.format(
-                node_id=node.node_id), body)
-            self.report_s.append(time.perf_counter() - t0)
-            self.count("reports" if resp is not None else "reports_failed")
-
-    async def heartbeat(self, node: SimNode) -> None:
-        rng = random.Random(self.args.seed * 7919 + node.index)
-        await self._sleep(rng.uniform(0, self.args.report_interval))  # hosts boot apart
-        while not self.stop.is_set():
-            if not self.paused:
-                await self.report(node)
-            await self._sleep(self.args.report_interval)
+                node_id=node.node_id), "report", body)
+            self.stats.count(why if resp is not None else f"{why}_failed")
 
     async def long_poll(self, node: SimNode) -> None:
         delay = 1.0
-        while not self.stop.is_set():
+        while True:
             path = protocol.DESIRED_STATE_PATH.format(node_id=node.node_id)
-            params = {"after_generation": node.generation_seen, "wait": self.long_poll_s}
-            resp = await self.call(node, "GET", path, params=params,
-                                   timeout=self.long_poll_s + 10.0)
-            self.count("long_polls")
+            wait = self.long_poll_s
+            params = {"after_generation": node.generation_seen, "wait": wait}
+            t0 = time.perf_counter()
+            resp = await self.call(node, "GET", path, "long_poll", params=params,
+                                   timeout=wait + 10.0)
+            self.stats.count("long_polls")
             if resp is None:
-                await self._sleep(delay)
+                await asyncio.sleep(delay * self.rng.uniform(0.5, 1.5))
                 delay = min(delay * 2, 60.0)
                 continue
             delay = 1.0
             if resp.status_code == 204:
+                self.stats.took("long_poll_late", max(0.0, time.perf_counter() - t0 - wait))
                 continue
-            desired = resp.json()
-            if protocol.validate_desired_state(desired, "node"):
-                self.count("invalid_desired")
-                await self._sleep(1.0)
-                continue
-            node.generation_seen = max(node.generation_seen, int(desired["generation"]))
-            await asyncio.sleep(self.args.apply_delay)  # apply, then the SM sets the keys
-            node.apply(desired)
-            self.count("applied")
-            await self.report(node)  # converged: reported now, not at the next heartbeat
+            await self._apply(node, json.loads(resp.content))
+
+    async def _apply(self, node: SimNode, desired: dict[str, Any]) -> None:
+        if protocol.validate_desired_state(desired, "node"):
+            self.stats.count("invalid_desired")
+            await asyncio.sleep(1.0)
+            return
+        node.generation_seen = max(node.generation_seen, int(desired["generation"]))
+        await asyncio.sleep(self.args.apply_delay)  # apply, then the SM sets the keys
+        node.apply(desired)
+        self.stats.count("applied")
+        await self.report(node, "converged_reports")  # now, not at the next heartbeat
 
     async def run_node(self, node: SimNode, gate: asyncio.Semaphore) -> None:
         await self.enrol(node, gate)
-        if not self.stop.is_set():
-            await asyncio.gather(self.heartbeat(node), self.long_poll(node))
+        self._spawn(self.report(node))  # the agent reports once at once, as it starts
+        await self.long_poll(node)
 
-    async def _sleep(self, seconds: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.stop.wait(), seconds)
+    # --- the one scheduler of regular reports ---------------------------------------------
+    async def heartbeats(self) -> None:
+        await self.interval_known.wait()
+        while True:
+            now = time.monotonic()
+            while self.due and self.due[0][0] <= now:
+                _, index, cycle = heapq.heappop(self.due)
+                node = self.nodes[index]
+                if not self.paused and not node.lock.locked():
+                    self._spawn(self.report(node))
+                self._schedule(node, cycle + 1)
+            wait = self.due[0][0] - now if self.due else 0.1
+            await asyncio.sleep(min(max(wait, 0.0), 0.1))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
 
     def summary(self, elapsed: float) -> dict[str, Any]:
-        lat = sorted(self.report_s)
-
-        def pct(q: float) -> float:
-            return round(lat[min(len(lat) - 1, int(q * len(lat)))] * 1000, 1) if lat else 0.0
-
         return {"nodes": len(self.nodes), "elapsed_s": round(elapsed, 1),
-                "long_poll_s": self.long_poll_s, **self.counts, "errors": self.errors,
-                "report_p50_ms": pct(0.5), "report_p99_ms": pct(0.99)}
+                "long_poll_s": self.long_poll_s, "report_interval_s": self.report_interval_s,
+                "connections_opened": self.pool.opened, **self.stats.summary()}
 
     def toggle_pause(self) -> None:
         self.paused = not self.paused
@@ -187,10 +220,10 @@ class Fleet:
             summary = {**self.summary(time.monotonic() - self.started), "paused": self.paused}
             self.args.summary.write_text(json.dumps(summary))
 
-    async def progress(self, started: float) -> None:
-        while not self.stop.is_set():
-            await self._sleep(10.0)
-            print(json.dumps({"progress": self.summary(time.monotonic() - started)}),
+    async def progress(self) -> None:
+        while True:
+            await asyncio.sleep(10.0)
+            print(json.dumps({"progress": self.summary(time.monotonic() - self.started)}),
                   file=sys.stderr, flush=True)
 
 
@@ -210,24 +243,23 @@ def build_nodes(args: argparse.Namespace) -> list[SimNode]:
 async def amain(args: argparse.Namespace) -> dict[str, Any]:
     nodes = build_nodes(args)
     fleet = Fleet(args, nodes)
+    stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, fleet.stop.set)
+        loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, fleet.toggle_pause)
     loop.add_signal_handler(signal.SIGUSR2, fleet.dump)
-    started = time.monotonic()
     gate = asyncio.Semaphore(args.enrol_concurrency)
     tasks = [asyncio.create_task(fleet.run_node(n, gate)) for n in nodes]
-    tasks.append(asyncio.create_task(fleet.progress(started)))
+    tasks += [asyncio.create_task(fleet.heartbeats()), asyncio.create_task(fleet.progress())]
     if args.duration:
-        loop.call_later(args.duration, fleet.stop.set)
-    await fleet.stop.wait()
-    for t in tasks:
+        loop.call_later(args.duration, stop.set)
+    await stop.wait()
+    for t in [*tasks, *fleet.tasks]:
         t.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    for c in fleet.clients:
-        await c.aclose()
-    return fleet.summary(time.monotonic() - started)
+    await asyncio.gather(*tasks, *fleet.tasks, return_exceptions=True)
+    await fleet.pool.aclose()
+    return fleet.summary(time.monotonic() - fleet.started)
 
 
 def parser_for_tests() -> argparse.ArgumentParser:

@@ -93,3 +93,43 @@ def test_sim_node_report_is_valid_and_shaped_like_the_agent() -> None:
     assert obs["partitions"][0]["pkeys"] == ["0xffff", "0x0102"]
     node.apply({"generation": 1, "partitions": []})  # stale: ignored
     assert node.observed()["generation_applied"] == 2
+
+
+def test_regular_reports_are_spread_evenly_one_slot_per_node(tmp_path: Path) -> None:
+    """Finding (issue 12): every identity ran its own heartbeat task from a random start;
+    now ONE scheduler gives node i slot i of the interval (jittered inside it), so N nodes
+    send N reports per interval, evenly, and none bunch up."""
+    from agents.simfleet import Fleet
+
+    count, interval = 200, 2.0
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("\n".join(f"t{i}" for i in range(count)))
+    args = parser_for_tests().parse_args([
+        "--portal", "http://127.0.0.1:9", "--nodes", str(count), "--tokens-file", str(tokens),
+        "--report-interval", str(interval)])
+    template = telemetry_template("h100x8")
+    nodes = [SimNode.build(i, f"n{i}", "t", None, template, "1") for i in range(count)]
+    sent: list[tuple[float, int]] = []
+
+    async def main() -> None:
+        fleet = Fleet(args, nodes)
+
+        async def report(node: SimNode, why: str = "reports") -> None:
+            sent.append((time.monotonic() - fleet.epoch, node.index))
+
+        fleet.report = report  # type: ignore[method-assign]
+        for node in nodes:
+            fleet._schedule(node, cycle=0)
+        fleet.interval_known.set()
+        task = asyncio.create_task(fleet.heartbeats())
+        await asyncio.sleep(interval * 1.5)
+        task.cancel()
+
+    asyncio.run(main())
+    first = [(t, i) for t, i in sent if t < interval]
+    assert sorted(i for _, i in first) == list(range(count))  # each node once per interval
+    slot = interval / count
+    for t, i in first:
+        assert i * slot - 0.15 <= t <= (i + 1) * slot + 0.15  # in its own slot (+ tick)
+    gaps = [b[0] - a[0] for a, b in zip(sorted(first), sorted(first)[1:], strict=False)]
+    assert max(gaps) < 0.2  # no bunching, no long silence

@@ -89,15 +89,20 @@ class HttpFleet:
     def wait_enrolled(self, timeout: float) -> float:
         """Until every node has enrolled and its observed state is stored."""
         began = time.perf_counter()
-        deadline = time.monotonic() + timeout
+        deadline, shown = time.monotonic() + timeout, time.monotonic()
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
                 raise RuntimeError(f"simulator exited\n{self.stack.log_tail('simfleet')}")
-            if self.stack.query("SELECT count(*) FROM fleet_nodeobservedstate")[0][0] \
-                    >= self.nodes:
+            done = self.stack.query("SELECT count(*) FROM fleet_nodeobservedstate")[0][0]
+            if done >= self.nodes:
                 return time.perf_counter() - began
+            if time.monotonic() - shown >= 60:
+                shown = time.monotonic()
+                print(f"  … {done} of {self.nodes} enrolled and reporting after "
+                      f"{time.perf_counter() - began:.0f} s; load {os.getloadavg()[0]:.1f}",
+                      flush=True)
             time.sleep(1.0)
-        raise RuntimeError(f"not all nodes enrolled\n{self.stack.log_tail('simfleet')}")
+        raise RuntimeError(f"not all nodes enrolled\n{self.stack.log_tail('simfleet', 5)}")
 
     def counts(self) -> dict[str, Any]:
         assert self.proc is not None

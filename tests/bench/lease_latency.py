@@ -22,6 +22,7 @@ Target (issue 12): p99 ≤ 2 s at 1,000 and at 10,000 nodes; ≤ 1 query per age
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import re
@@ -32,10 +33,12 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+from tests.bench.cpu_split import CpuMeter
 from tests.bench.http_fleet import HttpFleet, commits_per_s
 from tests.portal.leasing.stack import Stack, StackConfig
 
 TARGET_P99_S = 2.0
+PORTAL_HEARTBEAT_S = 10  # what the portal tells agents at enrolment (heartbeat_interval_s)
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -58,124 +61,242 @@ def _load() -> str:
     return " / ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description="order → active latency (p50/p99)")
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description="order → active latency (p50/p90/p99)")
     p.add_argument("--nodes", type=int, default=64)
     p.add_argument("--orders", type=int, default=40)
     p.add_argument("--rate", type=float, default=0.5, help="orders per second")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2, help="Celery worker processes")
+    p.add_argument("--web-workers", type=int, default=2,
+                   help="uvicorn worker processes (2: both cores)")
+    p.add_argument("--reconcile-every", type=float, default=5.0,
+                   help="reconciler beat seconds (production default 5: a backstop only, "
+                        "convergence is an event)")
     p.add_argument("--tenants", type=int, default=4)
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--agents", choices=("http", "in-db"), default="http",
                    help="http: the HTTP agent simulator (production path); in-db: demo shortcut")
-    p.add_argument("--report-interval", type=float, default=10.0,
-                   help="seconds between a simulated agent's regular reports")
+    p.add_argument("--report-interval", type=float, default=0.0,
+                   help="seconds between a simulated agent's regular reports (0: the "
+                        "heartbeat_interval_s the portal gives at enrolment)")
     p.add_argument("--apply-delay", type=float, default=0.1,
                    help="seconds from desired state received to converged (agent + SM)")
     p.add_argument("--long-poll", type=int, default=0,
                    help="simulated agents' long-poll seconds (0: the portal's, 30)")
+    p.add_argument("--settle", type=float, default=0.0,
+                   help="seconds of steady state after enrolment before the orders (0: one "
+                        "report interval, at most 60 s)")
     p.add_argument("--idle-timeouts", type=int, default=2,
                    help="long-poll timeouts to measure the idle query rate over (0: skip)")
     p.add_argument("--task-times", action="store_true",
                    help="log every task (INFO) and print mean/max seconds per task")
-    o = p.parse_args(argv)
+    return p
+
+
+def _config(o: argparse.Namespace) -> StackConfig:
+    unreachable = max(30, 3 * (o.report_interval or PORTAL_HEARTBEAT_S))
     env = {"GPUPOOL_SIMULATED_AGENTS": "1" if o.agents == "in-db" else "0",
            # a node is unreachable after 3 missed reports, at whatever interval they come
-           "GPUPOOL_AGENT_UNREACHABLE_AFTER_S": str(int(max(30, 3 * o.report_interval)))}
-    config = StackConfig(nodes=o.nodes, gpus_per_node=8, nodes_per_leaf=16, tenants=0,
-                         big_tenants=o.tenants, workers=o.workers, web_workers=1,
-                         worker_loglevel="INFO" if o.task_times else "WARNING", env=env)
-    began = time.perf_counter()
-    with Stack(config) as stack:
-        print(f"stack: {o.nodes} nodes × 8 GPUs, {o.workers} workers, seeded in "
-              f"{stack.timings['seed_s']:.1f}s, up in {time.perf_counter() - began:.1f}s",
+           "GPUPOOL_AGENT_UNREACHABLE_AFTER_S": str(int(unreachable))}
+    return StackConfig(nodes=o.nodes, gpus_per_node=8, nodes_per_leaf=16, tenants=0,
+                       big_tenants=o.tenants, workers=o.workers, web_workers=o.web_workers,
+                       reconcile_every_s=o.reconcile_every,
+                       worker_loglevel="INFO" if o.task_times else "WARNING", env=env)
+
+
+class Orders:
+    """Orders placed open-loop over HTTP, one tenant after another."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack, self.tenants = stack, sorted(stack.keys)
+        self.rng = random.Random(3)
+        self.http_s: list[float] = []
+        self.ids: list[str] = []
+        self.errors: list[str] = []
+        self.lock = threading.Lock()
+
+    def place(self, i: int) -> None:
+        body = {"gpu_count": self.rng.choice([1, 2, 4, 8]), "duration_hours": "1",
+                "name": f"bench-{i}"}
+        headers = {**self.stack.auth(self.tenants[i % len(self.tenants)]),
+                   "Idempotency-Key": str(uuid.uuid4())}
+        t0 = time.perf_counter()
+        with self.stack.client() as c:
+            r = c.post("/api/v1/orders", json=body, headers=headers)
+        with self.lock:
+            self.http_s.append(time.perf_counter() - t0)
+            if r.status_code == 201:
+                self.ids.append(r.json()["id"])
+            else:
+                self.errors.append(f"{r.status_code} {r.text[:200]}")
+
+    def open_loop(self, count: int, rate: float) -> list[str]:
+        before = set(self.ids)
+        with ThreadPoolExecutor(16) as pool:
+            start = time.perf_counter()
+            for i in range(count):
+                delay = start + i / rate - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                pool.submit(self.place, i)
+        return [i for i in self.ids if i not in before]
+
+
+class QueueDepth(threading.Thread):
+    """The Celery queue's length in the stack's Redis, sampled every second."""
+
+    def __init__(self, stack: Stack) -> None:
+        super().__init__(daemon=True)
+        self.stack, self.samples, self.done = stack, [], threading.Event()
+
+    def run(self) -> None:
+        import redis
+
+        client = redis.Redis(port=self.stack.redis_port)
+        while not self.done.wait(1.0):
+            with contextlib.suppress(redis.RedisError):
+                self.samples.append(int(client.llen("celery")))
+
+    def stop(self) -> tuple[int, float]:
+        self.done.set()
+        self.join(5)
+        return (max(self.samples, default=0),
+                statistics.mean(self.samples) if self.samples else 0.0)
+
+
+def _meter(stack: Stack, fleet: HttpFleet | None) -> CpuMeter:
+    groups = {"web": [p.pid for p in (stack.web,) if p], "workers": [w.pid for w in
+                                                                     stack.workers],
+              "beat": [p.pid for p in (stack.beat,) if p],
+              "redis": [p.pid for p in (stack.redis,) if p]}
+    if fleet is not None and fleet.proc is not None:
+        groups["simulator"] = [fleet.proc.pid]
+    return CpuMeter(groups, _backends(stack))
+
+
+def _backends(stack: Stack) -> list[int]:
+    return [int(r[0]) for r in stack.query(
+        "SELECT pid FROM pg_stat_activity WHERE datname = %s", [stack.db_name])]
+
+
+def _start_fleet(stack: Stack, o: argparse.Namespace) -> tuple[HttpFleet, float]:
+    baseline = 0.0
+    if o.idle_timeouts:
+        baseline = commits_per_s(stack, 30.0)
+        print(f"stack alone (beat + workers, no agent yet): {baseline:.1f} commits/s",
               flush=True)
+    fleet = HttpFleet(stack, o.nodes, o.report_interval, o.apply_delay, o.long_poll)
+    issued = fleet.start()
+    meter = _meter(stack, fleet)
+    meter.start()
+    enrolled = fleet.wait_enrolled(timeout=max(900.0, o.nodes * 1.0))
+    cpu = meter.stop(_backends(stack))
+    info = fleet.counts()
+    print(f"HTTP agent simulator: {o.nodes} agents (tokens + inventory {issued:.1f} s), all "
+          f"enrolled and reporting in {enrolled:.1f} s ({o.nodes / enrolled:.0f}/s); "
+          f"reports every {info.get('report_interval_s', 0):g} s, apply delay "
+          f"{o.apply_delay:g} s, long-poll {info.get('long_poll_s', 0)} s; load {_load()}",
+          flush=True)
+    print(f"  enrolment CPU s: {_cpu_text(cpu)}; per enrolment: web "
+          f"{cpu['web'] / o.nodes * 1000:.1f} ms, simulator "
+          f"{cpu.get('simulator', 0) / o.nodes * 1000:.1f} ms", flush=True)
+    settle = o.settle or min(60.0, float(info.get("report_interval_s") or 10))
+    time.sleep(settle)  # steady state: reports spread over their interval
+    return fleet, baseline
+
+
+def _cpu_text(cpu: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+
+
+def _latency_table(fleet: HttpFleet | None) -> None:
+    if fleet is None:
+        return
+    info = fleet.counts()
+    print("simulator (what the agents see), per endpoint, whole run:")
+    print(f"  {'endpoint':<16} {'n':>8} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} "
+          f"{'max ms':>9}")
+    for name, row in (info.get("latency") or {}).items():
+        print(f"  {name:<16} {row['n']:>8} {row['p50_ms']:>9.1f} {row['p90_ms']:>9.1f} "
+              f"{row['p99_ms']:>9.1f} {row['max_ms']:>9.1f}")
+    counts = {k: v for k, v in info.items() if isinstance(v, int)}
+    print(f"  counts {counts}; errors {info.get('errors')}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    o = _parser().parse_args(argv)
+    began = time.perf_counter()
+    with Stack(_config(o)) as stack:
+        print(f"stack: {o.nodes} nodes × 8 GPUs, {o.web_workers} uvicorn + {o.workers} "
+              f"Celery workers, reconcile every {o.reconcile_every:g} s, seeded in "
+              f"{stack.timings['seed_s']:.1f}s, up in {time.perf_counter() - began:.1f}s; "
+              f"load {_load()}", flush=True)
         fleet, baseline = None, 0.0
         if o.agents == "http":
-            if o.idle_timeouts:
-                baseline = commits_per_s(stack, 30.0)
-                print(f"stack alone (beat + workers, no agent yet): {baseline:.1f} commits/s",
-                      flush=True)
-            fleet = HttpFleet(stack, o.nodes, o.report_interval, o.apply_delay, o.long_poll)
-            issued = fleet.start()
-            enrolled = fleet.wait_enrolled(timeout=max(300.0, o.nodes * 0.5))
-            print(f"HTTP agent simulator: {o.nodes} agents (tokens + inventory {issued:.1f} s), "
-                  f"all enrolled and reporting in {enrolled:.1f} s; reports every "
-                  f"{o.report_interval:g} s, apply delay {o.apply_delay:g} s, long-poll "
-                  f"{o.long_poll or 30} s; "
-                  f"load {_load()}", flush=True)
+            fleet, baseline = _start_fleet(stack, o)
         else:
             print("in-DB agent shortcut (GPUPOOL_SIMULATED_AGENTS=1): the demo path, not "
                   "production", flush=True)
-        tenants = sorted(stack.keys)
-        rng = random.Random(3)
-        http_s: list[float] = []
-        ids: list[str] = []
-        errors: list[str] = []
-        lock = threading.Lock()
+        return _measure(stack, fleet, baseline, o)
 
-        def order(i: int) -> None:
-            tenant = tenants[i % len(tenants)]
-            body = {"gpu_count": rng.choice([1, 2, 4, 8]), "duration_hours": "1",
-                    "name": f"bench-{i}"}
-            headers = {**stack.auth(tenant), "Idempotency-Key": str(uuid.uuid4())}
-            t0 = time.perf_counter()
-            with stack.client() as c:
-                r = c.post("/api/v1/orders", json=body, headers=headers)
-            with lock:
-                http_s.append(time.perf_counter() - t0)
-                if r.status_code == 201:
-                    ids.append(r.json()["id"])
-                else:
-                    errors.append(f"{r.status_code} {r.text[:200]}")
 
-        for i in range(3):  # warm-up: first requests, first passes, imports
-            order(-1 - i)
-        stack.wait_settled(list(ids), timeout=60, ok=("active",))
-        warm = set(ids)
-        with ThreadPoolExecutor(16) as pool:
-            start = time.perf_counter()
-            for i in range(o.orders):
-                delay = start + i / o.rate - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                pool.submit(order, i)
-        measured = [i for i in ids if i not in warm]
-        states = stack.wait_settled(measured, timeout=o.timeout, ok=("active",))
-        rows = stack.query("""SELECT EXTRACT(EPOCH FROM active_at - created) FROM leasing_lease
-                              WHERE id::text = ANY(%s) AND active_at IS NOT NULL""",
-                           [measured])
-        lat = [float(r[0]) for r in rows]
-        not_active = sum(1 for s in states.values() if s != "active")
-        if not lat:
-            print("no lease became active", errors[:5], stack.logs(20))
-            return 1
-        p50, p99 = statistics.median(lat), _pct(lat, 0.99)
-        print(f"orders: {o.orders} at {o.rate}/s, {len(measured)} accepted, "
-              f"{len(errors)} refused {errors[:3]}, {not_active} not active after "
-              f"{o.timeout:.0f}s")
-        print(f"order→active ({len(lat)} leases, {o.nodes} nodes, agents {o.agents}): "
-              f"p50 {p50 * 1000:.0f} ms, p90 {_pct(lat, 0.9) * 1000:.0f} ms, "
-              f"p99 {p99 * 1000:.0f} ms, max {max(lat) * 1000:.0f} ms")
-        print(f"POST /api/v1/orders: p50 {statistics.median(http_s) * 1000:.0f} ms, "
-              f"p99 {_pct(http_s, 0.99) * 1000:.0f} ms")
-        print(f"load average during the run: {_load()}")
-        if o.task_times:
-            _print_task_times(stack)
-        if fleet is not None:
-            print(f"simulator: {fleet.counts()}")
-            if o.idle_timeouts:
-                idle = fleet.idle_queries(o.idle_timeouts, baseline)
-                print(f"idle, regular reports paused, {idle['window_s']:.0f} s "
-                      f"({o.idle_timeouts} × {idle['timeout_s']:.0f} s long-poll timeout): "
-                      f"{idle['commits']} commits for {idle['long_polls']} long-polls "
-                      f"({idle['reports']} reports): {idle['per_agent_per_timeout']:.2f} "
-                      f"per agent per timeout with the stack's own; net of them "
-                      f"{idle['net_per_agent_per_timeout']:.2f} per agent per timeout, "
-                      f"{idle['net_per_long_poll']:.2f} per long-poll (target ≤ 1)")
-        ok = p99 <= TARGET_P99_S and not not_active
-        print(f"target p99 ≤ {TARGET_P99_S:.0f} s: {'MET' if ok else 'NOT MET'}")
-        return 0 if ok else 1
+def _measure(stack: Stack, fleet: HttpFleet | None, baseline: float,
+             o: argparse.Namespace) -> int:
+    orders = Orders(stack)
+    for i in range(3):  # warm-up: first requests, first passes, imports
+        orders.place(-1 - i)
+    stack.wait_settled(list(orders.ids), timeout=60, ok=("active",))
+    meter, depth = _meter(stack, fleet), QueueDepth(stack)
+    load_before = _load()
+    meter.start()
+    depth.start()
+    t0 = time.perf_counter()
+    measured = orders.open_loop(o.orders, o.rate)
+    states = stack.wait_settled(measured, timeout=o.timeout, ok=("active",))
+    window = time.perf_counter() - t0
+    cpu, (depth_max, depth_mean) = meter.stop(_backends(stack)), depth.stop()
+    rows = stack.query("""SELECT EXTRACT(EPOCH FROM active_at - created) FROM leasing_lease
+                          WHERE id::text = ANY(%s) AND active_at IS NOT NULL""", [measured])
+    lat = sorted(float(r[0]) for r in rows)
+    not_active = sum(1 for s in states.values() if s != "active")
+    if not lat:
+        print("no lease became active", orders.errors[:5], stack.logs(20))
+        return 1
+    print(f"orders: {o.orders} at {o.rate}/s, {len(measured)} accepted, "
+          f"{len(orders.errors)} refused {orders.errors[:3]}, {not_active} not active after "
+          f"{o.timeout:.0f}s; POST /api/v1/orders p50 "
+          f"{statistics.median(orders.http_s) * 1000:.0f} ms, p99 "
+          f"{_pct(orders.http_s, 0.99) * 1000:.0f} ms")
+    print(f"Celery queue depth during the orders: max {depth_max}, mean {depth_mean:.1f}")
+    if o.task_times:
+        _print_task_times(stack)
+    _latency_table(fleet)
+    idle = fleet.idle_queries(o.idle_timeouts, baseline) if fleet and o.idle_timeouts \
+        else None
+    if idle:
+        print(f"idle, regular reports paused, {idle['window_s']:.0f} s "
+              f"({o.idle_timeouts} × {idle['timeout_s']:.0f} s long-poll timeout): "
+              f"{idle['commits']} commits for {idle['long_polls']} long-polls "
+              f"({idle['reports']} reports); net of the stack's own "
+              f"{idle['net_per_agent_per_timeout']:.2f} per agent per timeout")
+    _table(o, len(lat), lat, cpu, window, idle, load_before)
+    ok = _pct(lat, 0.99) <= TARGET_P99_S and not not_active
+    print(f"target p99 ≤ {TARGET_P99_S:.0f} s: {'MET' if ok else 'NOT MET'}")
+    return 0 if ok else 1
+
+
+def _table(o: argparse.Namespace, n: int, lat: list[float], cpu: dict[str, float],
+           window: float, idle: dict[str, float] | None, load_before: str) -> None:
+    groups = ("web", "workers", "beat", "simulator", "postgres", "redis")
+    head = ["nodes", "orders", "p50 s", "p90 s", "p99 s", "max s",
+            *[f"{g} CPU s" for g in groups], "window s", "idle commits/agent/timeout"]
+    row = [str(o.nodes), str(n), *(f"{_pct(lat, q):.2f}" for q in (0.5, 0.9, 0.99)),
+           f"{lat[-1]:.2f}", *(f"{cpu.get(g, 0.0):.1f}" for g in groups), f"{window:.0f}",
+           f"{idle['net_per_agent_per_timeout']:.2f}" if idle else "-"]
+    print("| " + " | ".join(head) + " |")
+    print("|" + "|".join("---" for _ in head) + "|")
+    print("| " + " | ".join(row) + " |")
+    print(f"load average before the orders {load_before}, after {_load()} (2 cores)")
 
 
 if __name__ == "__main__":

@@ -24,7 +24,6 @@ import hashlib
 import logging
 import math
 import time
-import weakref
 from typing import Any
 
 from django.conf import settings
@@ -79,17 +78,20 @@ def throttle(*, scope: str, secret: str) -> None:
                          retry_after=retry)
 
 
-_scripts: weakref.WeakKeyDictionary[RedisCache, Script] = weakref.WeakKeyDictionary()
+_SCRIPTS: dict[str, Script] = {}
 
 
 def _script(backend: RedisCache) -> Script:
-    """The bucket script on the cache's write server, made once per cache backend (one
-    per thread): a Redis client object is not built per request, and the script is sent
-    by its SHA (``EVALSHA``, loaded again by redis-py if the server lost it)."""
-    script = _scripts.get(backend)
+    """The bucket script, made once per process and server list, bound to one Redis client
+    (one connection pool). Django's cache handler gives every asyncio context its own
+    ``RedisCache`` whose pool starts empty: keyed by the backend object, each agent request
+    opened a new TCP connection to Redis (and said HELLO) just to take a token. The script
+    is sent by its SHA (``EVALSHA``, loaded again by redis-py if the server lost it)."""
+    key = repr(backend._servers)
+    script = _SCRIPTS.get(key)
     if script is None:
         script = backend._cache.get_client(None, write=True).register_script(_GCRA)
-        _scripts[backend] = script
+        _SCRIPTS[key] = script
     return script
 
 

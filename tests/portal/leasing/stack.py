@@ -1,6 +1,6 @@
 """A live gpupool stack for acceptance tests, all on loopback.
 
-``Stack`` creates a fresh PostgreSQL database (``gpupool_stack_<pid>_<n>``), migrates and
+``Stack`` creates a fresh PostgreSQL database (``<DATABASE_URL's name>_stack_<pid>_<n>``), migrates and
 seeds it (nodes, tenants, members, quotas, one API key per tenant), starts a PRIVATE
 ``redis-server`` on a free port (no persistence, so it can be restarted empty), a uvicorn
 ASGI server, N ``celery worker --pool=solo`` processes and ``celery beat`` (reconcile every
@@ -17,6 +17,7 @@ import contextlib
 import itertools
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -48,10 +49,31 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def raise_fd_limit() -> None:
+    """This process's open-file limit up to the hard one, before it starts the stack's
+    processes (they inherit it): a server holding 10,000 long-polls needs 10,000 sockets
+    and the usual soft limit is 1,024. Production: ``LimitNOFILE=`` in the unit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and target > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+
+
+def _database_url() -> str:
+    return os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpupool")
+
+
+def db_prefix() -> str:
+    """Throwaway databases are named after ``DATABASE_URL``'s (``gpupool_x`` →
+    ``gpupool_x_stack_…``), so each engineer's stacks stay in their own name space."""
+    name = urlsplit(_database_url()).path.lstrip("/") or "gpupool"
+    return f"{name}_stack"
+
+
 def server_url() -> str:
     """The PostgreSQL server of ``DATABASE_URL`` (database part dropped)."""
-    url = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/gpupool")
-    parts = urlsplit(url)
+    parts = urlsplit(_database_url())
     return urlunsplit((parts.scheme, parts.netloc, "", "", ""))
 
 
@@ -66,7 +88,12 @@ class StackConfig:
     max_pending: int = 20
     big_tenants: int = 0  # b0, b1…: no binding quota or pending limit (idempotency runs)
     workers: int = 2
+    # The web tier: uvicorn processes (both cores: 2), each with its own wake-up listener.
     web_workers: int = 2
+    # Idle keep-alive connections are kept this long (uvicorn's default, 5 s, makes a client
+    # that reports every few seconds reconnect each time; behind a proxy 75 s is usual).
+    web_keep_alive_s: int = 75
+    web_backlog: int = 4096  # listen backlog: a fleet enrolling at once (somaxconn caps it)
     worker_loglevel: str = "WARNING"
     beat: bool = True
     reconcile_every_s: float = 1.0
@@ -79,8 +106,8 @@ class StackConfig:
 class Stack:
     def __init__(self, config: StackConfig | None = None) -> None:
         self.config = config or StackConfig()
-        self.tmp = Path(tempfile.mkdtemp(prefix="gpupool-stack-"))
-        self.db_name = f"gpupool_stack_{os.getpid()}_{next(_counter)}"
+        self.tmp = Path(tempfile.mkdtemp(prefix=f"{db_prefix()}-"))  # our name space too
+        self.db_name = f"{db_prefix()}_{os.getpid()}_{next(_counter)}"
         self.db_url = f"{server_url()}/{self.db_name}"
         self.redis_port = free_port()
         self.web_port = free_port()
@@ -110,6 +137,7 @@ class Stack:
 
     def start(self) -> None:
         began = time.perf_counter()
+        raise_fd_limit()  # inherited by every process started below
         self._create_db()
         self.start_redis()
         self._seed()
@@ -261,7 +289,8 @@ class Stack:
     def start_web(self) -> None:
         argv = [PYTHON, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1",
                 "--port", str(self.web_port), "--lifespan", "off", "--log-level", "warning",
-                "--no-access-log"]
+                "--no-access-log", "--timeout-keep-alive", str(self.config.web_keep_alive_s),
+                "--backlog", str(self.config.web_backlog)]
         if self.config.web_workers > 1:
             argv += ["--workers", str(self.config.web_workers)]
         self.web = self._spawn("web", argv,
