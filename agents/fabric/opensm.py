@@ -117,7 +117,8 @@ def parse_smpquery_table(output: str) -> list[int]:
 
 
 # smpquery reads one port per process: a read-back of N ports runs this many at once
-# (each spends most of its time waiting on the MAD round trip, not on a CPU)
+# (each spends most of its time waiting on the MAD round trip, not on a CPU); ibsim
+# serves at most 10 clients, OpenSM included, so a simulated fabric wants fewer
 READ_BACK_PARALLEL = 8
 
 
@@ -127,12 +128,13 @@ class OpenSmManager:
     def __init__(self, conf_path: Path, pid: int | Callable[[], int] | None = None,
                  pid_file: Path | None = None, diag_prefix: Sequence[str] = (),
                  default_membership: str = "limited", run: Callable[..., str] | None = None,
-                 ) -> None:  # fmt: skip
+                 parallel: int = READ_BACK_PARALLEL) -> None:  # fmt: skip
         self.conf_path = Path(conf_path)
         self._pid, self.pid_file = pid, pid_file
         self.diag_prefix = list(diag_prefix)  # e.g. ["ibsim-run"] on a simulated fabric
         self.default_membership = default_membership
         self.run = run or _run
+        self.parallel = max(1, parallel)
         self._tables: dict[str, list[int]] = {}  # the last read-back, for read_index0
 
     def pid(self) -> int | None:
@@ -173,12 +175,12 @@ class OpenSmManager:
                                               guid]))  # fmt: skip
 
     def tables(self, guids: set[str]) -> dict[str, list[int]]:
-        """Every port's table, read ``READ_BACK_PARALLEL`` ports at a time (one after
-        the other, 8 ports took 8 process round trips per verification round)."""
+        """Every port's table, read ``parallel`` ports at a time (one after the other,
+        8 ports took 8 process round trips per verification round)."""
         ordered = sorted(guids)
-        if len(ordered) <= 1:
+        if len(ordered) <= 1 or self.parallel == 1:
             return {guid: self.table(guid) for guid in ordered}
-        with ThreadPoolExecutor(min(READ_BACK_PARALLEL, len(ordered)),
+        with ThreadPoolExecutor(min(self.parallel, len(ordered)),
                                 thread_name_prefix="smpquery") as pool:  # fmt: skip
             return dict(zip(ordered, pool.map(self.table, ordered), strict=True))
 
