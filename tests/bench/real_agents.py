@@ -166,6 +166,7 @@ class SubnetManager(threading.Thread):
         self.stack, self.delay_s, self.stop = stack, delay_s, threading.Event()
         self.by_guid = {g: (h, dp) for h in hosts for g, dp in h.ports.items()}
         self.programmed: dict[int, float] = {}  # fabric generation -> wall time keys written
+        self.changes: dict[str, list[float]] = {}  # port GUID -> when its table changed
         self.done = 0
 
     def run(self) -> None:
@@ -177,9 +178,14 @@ class SubnetManager(threading.Thread):
                 if row is not None and row[0] > self.done:
                     tables = self.tables(row[1])
                     for guid, (host, (device, port)) in self.by_guid.items():
-                        _write_table(host, device, port, tables[guid])
+                        self.write(guid, tables[guid])
                     self.programmed[row[0]] = time.time()
                     self.done = row[0]
+
+    def write(self, guid: str, keys: list[int]) -> None:
+        host, (device, port) = self.by_guid[guid]
+        if _write_table(host, device, port, keys):
+            self.changes.setdefault(guid, []).append(time.time())
 
     def tables(self, document: dict[str, Any]) -> dict[str, list[int]]:
         """What the SM puts in each port's table for this map (after ``delay_s``)."""
@@ -214,10 +220,10 @@ class OpenSmBridge(SubnetManager):
 class HcaTables(SubnetManager):
     """What the kernel does on a real node: the node's sysfs shows its HCA's P_Key table as
     the SM programs it, whether or not the fabric agent has reported anything. Whenever
-    ``partitions.conf`` changes, every port's table is read with ``smpquery pkeys`` (all
-    at once) at short, growing intervals (50 ms doubling to 250 ms, for at most 15 s)
-    until all of them hold what the file says, and each port's table goes into its node's
-    sysfs the moment it is read changed. ``programmed[g]``: when every port held map
+    ``partitions.conf`` changes, the tables of the ports that do not hold what the file
+    says are read with ``smpquery pkeys`` (4 at once) at short, growing intervals (50 ms
+    doubling to 250 ms, for at most 15 s) until all of them do, and each port's table goes
+    into its node's sysfs the moment it is read. ``programmed[g]``: when every port held map
     ``g`` (its ``# generation`` line)."""
 
     name_ = "real OpenSM on ibsim (fabric agent driver=opensm), HCA tables copied to sysfs"
@@ -230,26 +236,31 @@ class HcaTables(SubnetManager):
     def run(self) -> None:
         text, poll_at, step, until, generation = "", 0.0, 0.05, 0.0, 0
         want: dict[str, set[int]] = {}
+        seen: dict[str, set[int]] = {}  # each port's tenant keys as last read
         while not self.stop.wait(0.02):
             now = time.monotonic()
             current = self.fabric.conf.read_text()
             if current != text:  # a new map: watch the ports until they hold it
-                text, poll_at, step, until = current, now, 0.05, now + 15
+                text, poll_at, step, until = current, now + 0.05, 0.05, now + 15
                 want, generation = self.wanted(current), _conf_generation(current)
             if now < poll_at or now > until:
                 continue
-            try:
-                tables = dict(zip(self.by_guid, self.pool.map(self.fabric.pkeys,
-                                                              self.by_guid), strict=True))
-            except subprocess.CalledProcessError:  # ibsim busy: read again next step
-                poll_at, step = time.monotonic() + step, min(step * 2, 0.25)
-                continue
-            for guid, (host, (device, port)) in self.by_guid.items():
-                _write_table(host, device, port, tables[guid])
-            if all(_tenant_keys(tables[g]) == want[g] for g in self.by_guid):
+            # only the ports that do not hold the map yet (the SM changes no other)
+            todo = [g for g in self.by_guid if seen.get(g) != want[g]]
+            for guid, table in zip(todo, self.pool.map(self._pkeys, todo), strict=True):
+                if table is not None:
+                    self.write(guid, table)
+                    seen[guid] = _tenant_keys(table)
+            if all(seen.get(g) == want[g] for g in self.by_guid):
                 self.programmed.setdefault(generation, time.time())
                 until = 0.0
             poll_at, step = time.monotonic() + step, min(step * 2, 0.25)
+
+    def _pkeys(self, guid: str) -> list[int] | None:
+        try:
+            return self.fabric.pkeys(guid)
+        except subprocess.CalledProcessError:  # ibsim busy: read again next step
+            return None
 
     def wanted(self, conf: str) -> dict[str, set[int]]:
         """Each port's tenant keys (16-bit) as the file's block says."""
@@ -270,8 +281,9 @@ def _conf_generation(conf: str) -> int:
     return int(m.group(1)) if m else 0
 
 
-def _write_table(host: NodeHost, device: str, port: int, keys: list[int]) -> None:
-    """Like an SM's SubnSet(P_KeyTable): only the entries that change (pkeys/<i>)."""
+def _write_table(host: NodeHost, device: str, port: int, keys: list[int]) -> bool:
+    """Like an SM's SubnSet(P_KeyTable): only the entries that change (pkeys/<i>);
+    True if any did."""
     size = host.writer.pkey_table_size
     new = [*keys, *([0] * (size - len(keys)))][:size]
     fake_port = next(p for p in host.writer.hcas[device].ports if p.num == port)
@@ -282,7 +294,9 @@ def _write_table(host: NodeHost, device: str, port: int, keys: list[int]) -> Non
             tmp = table / f".{i}.tmp"
             tmp.write_text(f"0x{after:04x}\n")
             tmp.replace(table / str(i))
+    changed = sorted(fake_port.pkeys) != sorted(keys)
     fake_port.pkeys = list(keys)
+    return changed
 
 
 # --- a real OpenSM on an ibsim fabric ------------------------------------------------------
@@ -510,49 +524,74 @@ def _first_agent(agent: dict[tuple[int, str, int], float], pk: int, msg: str,
 
 
 ORDER_STEPS = ("placed", "desired written", "applied (agent)", "partition set (SM)",
-               "converged report (agent)", "active")
+               "converged report (agent)", "report stored (portal)", "active")
 RELEASE_STEPS = ("release requested", "desired written", "node revoked (agent)",
-                 "partition removed (SM)", "converged report (agent)", "ended")
+                 "partition removed (SM)", "converged report (agent)",
+                 "report stored (portal)", "ended")
+
+
+@dataclass
+class Sources:
+    """Everything the stamps are read from, once per run."""
+
+    writes: list[tuple[str, int, float]]  # desired-state audit rows
+    agent: dict[tuple[int, str, int], float]  # the agents' own log lines
+    stored: dict[int, list[float]]  # node pk -> when the portal stored each report
+    ports: dict[int, list[str]]  # node pk -> port GUIDs
+    sm: SubnetManager
 
 
 def _stamps(steps: tuple[str, ...], start: float, end: float | None, node_pks: list[int],
-            writes: list[tuple[str, int, float]], agent: dict[tuple[int, str, int], float],
-            sm: SubnetManager) -> dict[str, float]:
+            src: Sources) -> dict[str, float]:
     """One lease's way from ``start`` (the placed / releasing event) to ``end`` (active /
-    ended) through the node and fabric desired state, the agents and the SM; 0 = not
+    ended) through the node desired state, the agents, the SM and the portal; 0 = not
     seen (e.g. an agent log line that never came)."""
     nodes = [(pk, w) for pk in node_pks
-             if (w := _first_write(writes, str(pk), start - 0.001)) is not None]
+             if (w := _first_write(src.writes, str(pk), start - 0.001)) is not None]
     if not nodes or end is None:
         return {}
     written = max(t for _, (_, t) in nodes)
-    # the fabric map in force for this lease: the last one written with its node state
-    # (same transaction); a partition already in place counts as set when written
-    fabric = max((g for o, g, t in writes if o == "fabric" and t <= written + 0.05), default=0)
-    programmed = min((t for g, t in sm.programmed.items() if g >= fabric), default=0.0)
-    applied = [_first_agent(agent, pk, "desired state applied", g) for pk, (g, _) in nodes]
-    converged = [_first_agent(agent, pk, "converged", g) for pk, (g, _) in nodes]
+    applied = [_first_agent(src.agent, pk, "desired state applied", g) for pk, (g, _) in nodes]
+    converged = [_first_agent(src.agent, pk, "converged", g) for pk, (g, _) in nodes]
+    told = max(converged) if all(converged) else 0.0
+    # each port's first table change after its node's state was written (and before
+    # the node said it converged); none: the partition was already right
+    until = told or end
+    changed = [min((t for t in src.sm.changes.get(guid, []) if w <= t <= until), default=w)
+               for pk, (_, w) in nodes for guid in src.ports.get(pk, [])]
+    stored = [min((t for t in src.stored.get(pk, []) if t >= c), default=0.0)
+              for (pk, _), c in zip(nodes, converged, strict=True) if c]
     return dict(zip(steps, (
         start, written, max(applied) if all(applied) else 0.0,
-        max(programmed, written) if programmed else 0.0,
-        max(converged) if all(converged) else 0.0, end), strict=True))
+        max(changed, default=written), told,
+        max(stored) if told and len(stored) == len(converged) and all(stored) else 0.0,
+        end), strict=True))
+
+
+def _stored_reports(stack: Stack) -> dict[int, list[float]]:
+    rows = stack.query("""SELECT a.node_id, EXTRACT(EPOCH FROM r.received)
+                          FROM fleet_agentreport r JOIN fleet_agent a ON a.id = r.agent_id
+                          WHERE a.node_id IS NOT NULL ORDER BY r.received""")
+    out: dict[int, list[float]] = {}
+    for pk, t in rows:
+        out.setdefault(int(pk), []).append(float(t))
+    return out
 
 
 def _breakdown(stack: Stack, hosts: list[NodeHost], sm: SubnetManager,
                leases: dict[str, dict[str, Any]], released: dict[str, float],
                verbose: bool) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """Per step, seconds after the order (its creation) and after the release request."""
-    agent, writes = _agent_events(stack, hosts), _desired_writes(stack)
+    src = Sources(_desired_writes(stack), _agent_events(stack, hosts), _stored_reports(stack),
+                  {h.pk: list(h.ports) for h in hosts}, sm)
     up: dict[str, list[float]] = {step: [] for step in ORDER_STEPS}
     down: dict[str, list[float]] = {step: [] for step in RELEASE_STEPS}
     for lease_id, lease in leases.items():
         timelines = [("order", up, lease["created"], _stamps(
-            ORDER_STEPS, lease["placed"] or 0.0, lease["active"], lease["nodes"], writes,
-            agent, sm))]
+            ORDER_STEPS, lease["placed"] or 0.0, lease["active"], lease["nodes"], src))]
         if released.get(lease_id) and lease["releasing"]:
             timelines.append(("release", down, released[lease_id], _stamps(
-                RELEASE_STEPS, lease["releasing"], lease["ended"], lease["nodes"], writes,
-                agent, sm)))
+                RELEASE_STEPS, lease["releasing"], lease["ended"], lease["nodes"], src)))
         for what, steps, t0, stamps in timelines:
             if verbose:
                 print(f"  lease {lease_id[:8]} {what:7s} nodes {lease['nodes']}: " + ", ".join(
