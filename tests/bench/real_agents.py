@@ -11,23 +11,32 @@ The subnet manager (``--sm``, default ``auto``):
 - ``opensm`` (auto when ``ibsim``/``opensm``/``infiniband-diags`` are installed): a real
   OpenSM on an ibsim fabric of one leaf and one HCA per node (the inventory adopts ibsim's
   GUIDs); the fabric agent drives it (driver ``opensm``: ``partitions.conf`` + SIGHUP,
-  verified with ``smpquery``). When the fabric agent reports the map applied, this script
-  reads each HCA's P_Key table with ``smpquery pkeys`` and writes it into the node's sysfs,
-  as the kernel shows the HCA's table to the node agent.
+  verified with ``smpquery``). Each node's sysfs shows its HCA's P_Key table, read with
+  ``smpquery pkeys``: by default (``--sysfs-from hca``) whenever ``partitions.conf``
+  changes, as a kernel shows its HCA's table the moment the SM has programmed it; with
+  ``--sysfs-from report`` only once the fabric agent has reported the map applied (this
+  benchmark before ADR 0135).
 - ``fake``: the fabric agent runs driver ``fake``; once it reports a map applied, this
   script writes each member port's P_Keys into sysfs after ``--sm-delay`` seconds.
 
-Breakdown stamps (seconds after the order): placed = the lease event to ``provisioning``;
-desired written = the audit row of the node's desired state; applied / converged report =
-the agent's own log lines (``desired state applied``, ``converged``); partition set = when
-the P_Keys reached sysfs (a partition already in place counts as set when written);
-active = ``active_at``. release → ended: the release request to the ``ended`` event.
+The load (``Churn``): ``--orders`` orders (default 40), one every ``--interval`` s, each
+lease released ``--hold`` s after it is active, at most ``--max-gpus`` held (default half
+the pool, so no order waits for capacity); orders and releases interleave.
 
-    python -m tests.bench.real_agents --nodes 8
+Breakdown stamps. Order, seconds after the order is created: placed = the lease event to
+``provisioning``; desired written = the audit row of the node's desired state; applied /
+converged report = the agent's own log lines (``desired state applied``, ``converged``);
+partition set = each port's first table change in sysfs after its node's state was
+written (none: it already held the key); report stored = the portal storing the node's
+first report after it converged (``fleet_agentreport.received``); active = ``active_at``.
+Release, seconds after the release request: release requested (the ``releasing`` event),
+desired written, node revoked (agent), partition removed (SM), converged report (agent),
+report stored (portal), ended (the ``ended`` event).
 
-Prints order → active and release → ended p50/p90/p99 and, per lease, the breakdown
-from lease events, the audit log, this script's SM and the agents' own logs: placed,
-desired written, applied (agent), partition set (SM), converged report (agent), active.
+    python -m tests.bench.real_agents --nodes 8     # make bench-real-agents
+
+Prints p50/p90/p99/max of order → active, release → ended and every step (``--verbose``:
+each lease's timelines), then the idle database commit rate.
 """
 
 from __future__ import annotations
