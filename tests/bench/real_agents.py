@@ -328,6 +328,7 @@ class Ibsim:
         self.stack, self.work = stack, work
         self.env = {**stack.env(), "IBSIM_SOCKNAME": f"gpupool-bench-{os.getpid()}"}
         self.conf, self.pid_file = work / "partitions.conf", work / "opensm.pid"
+        self.fabric_readers = IBSIM_READERS  # the fabric agent's smpquery processes at once
         self.node_guids: dict[str, str] = {}  # hostname -> node GUID
         self.port_guids: dict[str, str] = {}  # hostname -> port GUID
         work.mkdir(parents=True, exist_ok=True)
@@ -395,7 +396,7 @@ class Ibsim:
         return (f'[fabric]\ndriver = "opensm"\npartitions_conf = "{self.conf}"\n'
                 f'opensm_pid_file = "{self.pid_file}"\ndiag_prefix = "ibsim-run"\n'
                 'default_membership = "limited"\n' + (
-                    f"read_back_parallel = {IBSIM_READERS}\n"  # agents before ADR 0135: none
+                    f"read_back_parallel = {self.fabric_readers}\n"  # before ADR 0135: none
                     if "read_back_parallel" in FABRIC_DEFAULTS["fabric"] else ""))
 
 
@@ -627,6 +628,7 @@ def _run(stack: Stack, o: argparse.Namespace) -> int:
     if o.sm == "opensm" or (o.sm == "auto" and ibsim_available()):
         names = [r[0] for r in stack.query("SELECT hostname FROM inventory_node ORDER BY 1")]
         ibsim = Ibsim(stack, names, stack.tmp / "ibsim")
+        ibsim.fabric_readers = o.fabric_readers
         ibsim.start()
         ibsim.adopt_guids()
     hosts = _hosts(stack, base)
@@ -699,6 +701,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reconcile-every", type=float, default=5.0)
     p.add_argument("--idle-seconds", type=float, default=20.0)
     p.add_argument("--timeout", type=float, default=240.0, help="for the whole churn")
+    p.add_argument("--fabric-readers", type=int, default=IBSIM_READERS,
+                   help="the fabric agent's read_back_parallel on ibsim (at most 4)")
     p.add_argument("--verbose", action="store_true", help="print every lease's timeline")
     p.add_argument("--db-name", default=os.environ.get("GPUPOOL_BENCH_DB_NAME", ""),
                    help="the throwaway database's name (default: the stack's own)")
