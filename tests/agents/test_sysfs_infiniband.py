@@ -139,3 +139,21 @@ def test_unreadable_dir_entries(tmp_path: Path) -> None:
     assert p.pkeys == ["0xffff", "0x8101"]
     assert p.unavailable["port_xmit_data"].startswith("unparsable")
     assert p.unavailable["dangling"] == "ENOENT"
+
+
+def test_partitions_view_reads_only_what_partition_checks_need(
+        node_exporter_sys: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The convergence watch re-reads this every step (issue 12): the port GUID, link
+    layer and P_Key table as ``collect`` has them, and no counters."""
+    ib = InfinibandCollector(node_exporter_sys)
+    full = ib.collect()
+
+    def no_counters(*args: object) -> dict[str, int]:
+        raise AssertionError("counters read for a partition check")
+
+    monkeypatch.setattr("agents.sysfs.infiniband._read_dir", no_counters)
+    view = ib.partitions_view()
+    assert [d.name for d in view] == [d.name for d in full]
+    assert [(p.device, p.port, p.port_guid, p.link_layer, p.pkeys)
+            for d in view for p in d.ports] == [
+        (p.device, p.port, p.port_guid, p.link_layer, p.pkeys) for d in full for p in d.ports]

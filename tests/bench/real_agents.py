@@ -11,23 +11,32 @@ The subnet manager (``--sm``, default ``auto``):
 - ``opensm`` (auto when ``ibsim``/``opensm``/``infiniband-diags`` are installed): a real
   OpenSM on an ibsim fabric of one leaf and one HCA per node (the inventory adopts ibsim's
   GUIDs); the fabric agent drives it (driver ``opensm``: ``partitions.conf`` + SIGHUP,
-  verified with ``smpquery``). When the fabric agent reports the map applied, this script
-  reads each HCA's P_Key table with ``smpquery pkeys`` and writes it into the node's sysfs,
-  as the kernel shows the HCA's table to the node agent.
+  verified with ``smpquery``). Each node's sysfs shows its HCA's P_Key table, read with
+  ``smpquery pkeys``: by default (``--sysfs-from hca``) whenever ``partitions.conf``
+  changes, as a kernel shows its HCA's table the moment the SM has programmed it; with
+  ``--sysfs-from report`` only once the fabric agent has reported the map applied (this
+  benchmark before ADR 0135).
 - ``fake``: the fabric agent runs driver ``fake``; once it reports a map applied, this
   script writes each member port's P_Keys into sysfs after ``--sm-delay`` seconds.
 
-Breakdown stamps (seconds after the order): placed = the lease event to ``provisioning``;
-desired written = the audit row of the node's desired state; applied / converged report =
-the agent's own log lines (``desired state applied``, ``converged``); partition set = when
-the P_Keys reached sysfs (a partition already in place counts as set when written);
-active = ``active_at``. release → ended: the release request to the ``ended`` event.
+The load (``Churn``): ``--orders`` orders (default 40), one every ``--interval`` s, each
+lease released ``--hold`` s after it is active, at most ``--max-gpus`` held (default half
+the pool, so no order waits for capacity); orders and releases interleave.
 
-    python -m tests.bench.real_agents --nodes 8
+Breakdown stamps. Order, seconds after the order is created: placed = the lease event to
+``provisioning``; desired written = the audit row of the node's desired state; applied /
+converged report = the agent's own log lines (``desired state applied``, ``converged``);
+partition set = each port's first table change in sysfs after its node's state was
+written (none: it already held the key); report stored = the portal storing the node's
+first report after it converged (``fleet_agentreport.received``); active = ``active_at``.
+Release, seconds after the release request: release requested (the ``releasing`` event),
+desired written, node revoked (agent), partition removed (SM), converged report (agent),
+report stored (portal), ended (the ``ended`` event).
 
-Prints order → active and release → ended p50/p90/p99 and, per lease, the breakdown
-from lease events, the audit log, this script's SM and the agents' own logs: placed,
-desired written, applied (agent), partition set (SM), converged report (agent), active.
+    python -m tests.bench.real_agents --nodes 8     # make bench-real-agents
+
+Prints p50/p90/p99/max of order → active, release → ended and every step (``--verbose``:
+each lease's timelines), then the idle database commit rate.
 """
 
 from __future__ import annotations
@@ -52,10 +61,11 @@ from typing import Any
 
 import httpx
 
-from agents.fabric.opensm import parse_smpquery_pkeys
+from agents.config import FABRIC_DEFAULTS
+from agents.fabric.opensm import parse_block, parse_smpquery_pkeys, split_conf
 from agents.host import write_fake_proc
 from agents.sysfs.faketree import FakeHca, FakePort, FakeSysfsWriter
-from tests.portal.leasing.stack import PYTHON, ROOT, Stack, StackConfig
+from tests.portal.leasing.stack import PYTHON, ROOT, Stack, StackConfig, server_url
 
 
 def _pct(values: list[float], p: float) -> float:
@@ -165,6 +175,7 @@ class SubnetManager(threading.Thread):
         self.stack, self.delay_s, self.stop = stack, delay_s, threading.Event()
         self.by_guid = {g: (h, dp) for h in hosts for g, dp in h.ports.items()}
         self.programmed: dict[int, float] = {}  # fabric generation -> wall time keys written
+        self.changes: dict[str, list[float]] = {}  # port GUID -> when its table changed
         self.done = 0
 
     def run(self) -> None:
@@ -176,9 +187,14 @@ class SubnetManager(threading.Thread):
                 if row is not None and row[0] > self.done:
                     tables = self.tables(row[1])
                     for guid, (host, (device, port)) in self.by_guid.items():
-                        _write_table(host, device, port, tables[guid])
+                        self.write(guid, tables[guid])
                     self.programmed[row[0]] = time.time()
                     self.done = row[0]
+
+    def write(self, guid: str, keys: list[int]) -> None:
+        host, (device, port) = self.by_guid[guid]
+        if _write_table(host, device, port, keys):
+            self.changes.setdefault(guid, []).append(time.time())
 
     def tables(self, document: dict[str, Any]) -> dict[str, list[int]]:
         """What the SM puts in each port's table for this map (after ``delay_s``)."""
@@ -205,13 +221,78 @@ class OpenSmBridge(SubnetManager):
 
     def tables(self, document: dict[str, Any]) -> dict[str, list[int]]:
         # all ports at once: read one by one, the copy itself lagged by 8 × smpquery
-        with ThreadPoolExecutor(len(self.by_guid) or 1) as pool:
+        with ThreadPoolExecutor(IBSIM_READERS) as pool:
             return dict(zip(self.by_guid, pool.map(self.fabric.pkeys, self.by_guid),
                             strict=True))
 
 
-def _write_table(host: NodeHost, device: str, port: int, keys: list[int]) -> None:
-    """Like an SM's SubnSet(P_KeyTable): only the entries that change (pkeys/<i>)."""
+class HcaTables(SubnetManager):
+    """What the kernel does on a real node: the node's sysfs shows its HCA's P_Key table as
+    the SM programs it, whether or not the fabric agent has reported anything. Whenever
+    ``partitions.conf`` changes, the tables of the ports that do not hold what the file
+    says are read with ``smpquery pkeys`` (4 at once) at short, growing intervals (50 ms
+    doubling to 250 ms, for at most 15 s) until all of them do, and each port's table goes
+    into its node's sysfs the moment it is read. ``programmed[g]``: when every port held map
+    ``g`` (its ``# generation`` line)."""
+
+    name_ = "real OpenSM on ibsim (fabric agent driver=opensm), HCA tables copied to sysfs"
+
+    def __init__(self, stack: Stack, hosts: list[NodeHost], fabric: Ibsim) -> None:
+        super().__init__(stack, hosts, 0.0)
+        self.fabric = fabric
+        self.pool = ThreadPoolExecutor(IBSIM_READERS)
+
+    def run(self) -> None:
+        text, poll_at, step, until, generation = "", 0.0, 0.05, 0.0, 0
+        want: dict[str, set[int]] = {}
+        seen: dict[str, set[int]] = {}  # each port's tenant keys as last read
+        while not self.stop.wait(0.02):
+            now = time.monotonic()
+            current = self.fabric.conf.read_text()
+            if current != text:  # a new map: watch the ports until they hold it
+                text, poll_at, step, until = current, now + 0.05, 0.05, now + 15
+                want, generation = self.wanted(current), _conf_generation(current)
+            if now < poll_at or now > until:
+                continue
+            # only the ports that do not hold the map yet (the SM changes no other)
+            todo = [g for g in self.by_guid if seen.get(g) != want[g]]
+            for guid, table in zip(todo, self.pool.map(self._pkeys, todo), strict=True):
+                if table is not None:
+                    self.write(guid, table)
+                    seen[guid] = _tenant_keys(table)
+            if all(seen.get(g) == want[g] for g in self.by_guid):
+                self.programmed.setdefault(generation, time.time())
+                until = 0.0
+            poll_at, step = time.monotonic() + step, min(step * 2, 0.25)
+
+    def _pkeys(self, guid: str) -> list[int] | None:
+        try:
+            return self.fabric.pkeys(guid)
+        except subprocess.CalledProcessError:  # ibsim busy: read again next step
+            return None
+
+    def wanted(self, conf: str) -> dict[str, set[int]]:
+        """Each port's tenant keys (16-bit) as the file's block says."""
+        out: dict[str, set[int]] = {g: set() for g in self.by_guid}
+        for key, members in parse_block(split_conf(conf)[1]).items():
+            for guid, membership in members.items():
+                if guid in out:
+                    out[guid].add(key | 0x8000 if membership == "full" else key)
+        return out
+
+
+def _tenant_keys(table: list[int]) -> set[int]:
+    return {k for k in table if k & 0x7FFF not in (0, 0x7FFF)}
+
+
+def _conf_generation(conf: str) -> int:
+    m = re.search(r"^# generation (\d+)$", conf, re.M)
+    return int(m.group(1)) if m else 0
+
+
+def _write_table(host: NodeHost, device: str, port: int, keys: list[int]) -> bool:
+    """Like an SM's SubnSet(P_KeyTable): only the entries that change (pkeys/<i>);
+    True if any did."""
     size = host.writer.pkey_table_size
     new = [*keys, *([0] * (size - len(keys)))][:size]
     fake_port = next(p for p in host.writer.hcas[device].ports if p.num == port)
@@ -222,11 +303,16 @@ def _write_table(host: NodeHost, device: str, port: int, keys: list[int]) -> Non
             tmp = table / f".{i}.tmp"
             tmp.write_text(f"0x{after:04x}\n")
             tmp.replace(table / str(i))
+    changed = sorted(fake_port.pkeys) != sorted(keys)
     fake_port.pkeys = list(keys)
+    return changed
 
 
 # --- a real OpenSM on an ibsim fabric ------------------------------------------------------
 IBSIM_TOOLS = ("ibsim", "ibsim-run", "opensm", "smpquery", "ibnetdiscover")
+# ibsim serves at most 10 clients and OpenSM is one: the fabric agent and this script's
+# HCA reader get 4 each (a real HCA has no such limit: the agent's default is 8)
+IBSIM_READERS = 4
 CA_RE = re.compile(r'^Ca\s+\d+\s+"H-([0-9a-f]+)"\s+#\s+"(\S+) \S+"')
 PORT_RE = re.compile(r"^\[1\]\(([0-9a-f]+)\)")
 
@@ -242,6 +328,7 @@ class Ibsim:
         self.stack, self.work = stack, work
         self.env = {**stack.env(), "IBSIM_SOCKNAME": f"gpupool-bench-{os.getpid()}"}
         self.conf, self.pid_file = work / "partitions.conf", work / "opensm.pid"
+        self.fabric_readers = IBSIM_READERS  # the fabric agent's smpquery processes at once
         self.node_guids: dict[str, str] = {}  # hostname -> node GUID
         self.port_guids: dict[str, str] = {}  # hostname -> port GUID
         work.mkdir(parents=True, exist_ok=True)
@@ -308,7 +395,9 @@ class Ibsim:
     def fabric_config(self) -> str:
         return (f'[fabric]\ndriver = "opensm"\npartitions_conf = "{self.conf}"\n'
                 f'opensm_pid_file = "{self.pid_file}"\ndiag_prefix = "ibsim-run"\n'
-                'default_membership = "limited"\n')
+                'default_membership = "limited"\n' + (
+                    f"read_back_parallel = {self.fabric_readers}\n"  # before ADR 0135: none
+                    if "read_back_parallel" in FABRIC_DEFAULTS["fabric"] else ""))
 
 
 def _agent_events(stack: Stack, hosts: list[NodeHost]) -> dict[tuple[int, str, int], float]:
@@ -342,6 +431,65 @@ def _release(stack: Stack, tenant: str, lease_id: str) -> float:
         c.post(f"/api/v1/leases/{lease_id}/release", json={"reason": "bench"},
                headers=stack.auth(tenant)).raise_for_status()
     return t0
+
+
+@dataclass
+class Churn:
+    """Orders every ``interval`` s (sizes 1/2/4/8 GPUs, at most ``max_gpus`` held at
+    once so that no order waits for capacity); each lease is released ``hold`` s after
+    it is ACTIVE. Orders and releases interleave as in production, so the fabric map
+    keeps changing while leases start and end."""
+
+    stack: Stack
+    orders: int
+    interval: float
+    hold: float
+    max_gpus: int
+    timeout: float
+    leases: dict[str, tuple[str, int]] = field(default_factory=dict)  # id -> tenant, GPUs
+    released: dict[str, float] = field(default_factory=dict)  # id -> release requested
+    release_due: dict[str, float] = field(default_factory=dict)
+
+    def run(self) -> dict[str, str]:
+        rng, tenants = random.Random(12), sorted(self.stack.keys)
+        sizes = [rng.choice([1, 2, 4, 8]) for _ in range(self.orders)]
+        states: dict[str, str] = {}
+        next_order, deadline = time.monotonic(), time.monotonic() + self.timeout
+        with ThreadPoolExecutor(4) as pool:
+            calls: list[Any] = []
+            while time.monotonic() < deadline:
+                states = self.stack.states(list(self.leases)) if self.leases else {}
+                if len(self.leases) == self.orders and self._settled(states):
+                    break
+                now = time.monotonic()
+                for lid, state in states.items():
+                    if state == "active" and lid not in self.release_due:
+                        self.release_due[lid] = now + self.hold
+                    if lid not in self.released and self.release_due.get(lid, now + 1) <= now:
+                        self.released[lid] = 0.0
+                        calls.append(pool.submit(self._release, lid))
+                held = sum(g for lid, (_, g) in self.leases.items()
+                           if states.get(lid) not in TERMINAL_STATES)
+                i = len(self.leases)
+                if i < self.orders and now >= next_order and held + sizes[i] <= self.max_gpus:
+                    tenant = tenants[i % len(tenants)]
+                    self.leases[_order(self.stack, tenant, sizes[i])] = (tenant, sizes[i])
+                    next_order = now + self.interval
+                time.sleep(0.05)
+            for call in calls:
+                call.result()
+        return states
+
+    def _release(self, lid: str) -> None:
+        self.released[lid] = _release(self.stack, self.leases[lid][0], lid)
+
+    def _settled(self, states: dict[str, str]) -> bool:
+        """Every lease ended, or gave up on (never active: not released)."""
+        return all(s in TERMINAL_STATES and (lid not in self.released or self.released[lid])
+                   for lid, s in states.items())
+
+
+TERMINAL_STATES = ("ended", "rejected", "cancelled", "failed", "preempted", "expired")
 
 
 def _lease_rows(stack: Stack, ids: list[str]) -> dict[str, dict[str, Any]]:
@@ -385,64 +533,93 @@ def _first_agent(agent: dict[tuple[int, str, int], float], pk: int, msg: str,
                default=0.0)
 
 
-def _stamps(start: tuple[str, float], end: tuple[str, float | None], node_pks: list[int],
-            writes: list[tuple[str, int, float]], agent: dict[tuple[int, str, int], float],
-            sm: SubnetManager) -> dict[str, float]:
-    """One lease's way from ``start`` (placed / releasing event) to ``end`` (active / ended)
-    through the node and fabric desired state, the agents and the SM."""
+ORDER_STEPS = ("placed", "desired written", "applied (agent)", "partition set (SM)",
+               "converged report (agent)", "report stored (portal)", "active")
+RELEASE_STEPS = ("release requested", "desired written", "node revoked (agent)",
+                 "partition removed (SM)", "converged report (agent)",
+                 "report stored (portal)", "ended")
+
+
+@dataclass
+class Sources:
+    """Everything the stamps are read from, once per run."""
+
+    writes: list[tuple[str, int, float]]  # desired-state audit rows
+    agent: dict[tuple[int, str, int], float]  # the agents' own log lines
+    stored: dict[int, list[float]]  # node pk -> when the portal stored each report
+    ports: dict[int, list[str]]  # node pk -> port GUIDs
+    sm: SubnetManager
+
+
+def _stamps(steps: tuple[str, ...], start: float, end: float | None, node_pks: list[int],
+            src: Sources) -> dict[str, float]:
+    """One lease's way from ``start`` (the placed / releasing event) to ``end`` (active /
+    ended) through the node desired state, the agents, the SM and the portal; 0 = not
+    seen (e.g. an agent log line that never came)."""
     nodes = [(pk, w) for pk in node_pks
-             if (w := _first_write(writes, str(pk), start[1] - 0.001)) is not None]
-    if not nodes or end[1] is None:
+             if (w := _first_write(src.writes, str(pk), start - 0.001)) is not None]
+    if not nodes or end is None:
         return {}
     written = max(t for _, (_, t) in nodes)
-    # the fabric map in force for this lease: the last one written with its node state
-    # (same transaction); a partition already in place counts as set when written
-    fabric = max((g for o, g, t in writes if o == "fabric" and t <= written + 0.05), default=0)
-    programmed = min((t for g, t in sm.programmed.items() if g >= fabric), default=0.0)
-    return {
-        start[0]: start[1],
-        "desired written": written,
-        "applied (agent)": max(_first_agent(agent, pk, "desired state applied", g)
-                               for pk, (g, _) in nodes),
-        "partition set (SM)": max(programmed, written) if programmed else 0.0,
-        "converged report (agent)": max(_first_agent(agent, pk, "converged", g)
-                                        for pk, (g, _) in nodes),
-        end[0]: end[1],
-    }
+    applied = [_first_agent(src.agent, pk, "desired state applied", g) for pk, (g, _) in nodes]
+    converged = [_first_agent(src.agent, pk, "converged", g) for pk, (g, _) in nodes]
+    told = max(converged) if all(converged) else 0.0
+    # each port's first table change after its node's state was written (and before
+    # the node said it converged); none: the partition was already right
+    until = told or end
+    changed = [min((t for t in src.sm.changes.get(guid, []) if w <= t <= until), default=w)
+               for pk, (_, w) in nodes for guid in src.ports.get(pk, [])]
+    stored = [min((t for t in src.stored.get(pk, []) if t >= c), default=0.0)
+              for (pk, _), c in zip(nodes, converged, strict=True) if c]
+    return dict(zip(steps, (
+        start, written, max(applied) if all(applied) else 0.0,
+        max(changed, default=written), told,
+        max(stored) if told and len(stored) == len(converged) and all(stored) else 0.0,
+        end), strict=True))
+
+
+def _stored_reports(stack: Stack) -> dict[int, list[float]]:
+    rows = stack.query("""SELECT a.node_id, EXTRACT(EPOCH FROM r.received)
+                          FROM fleet_agentreport r JOIN fleet_agent a ON a.id = r.agent_id
+                          WHERE a.node_id IS NOT NULL ORDER BY r.received""")
+    out: dict[int, list[float]] = {}
+    for pk, t in rows:
+        out.setdefault(int(pk), []).append(float(t))
+    return out
 
 
 def _breakdown(stack: Stack, hosts: list[NodeHost], sm: SubnetManager,
                leases: dict[str, dict[str, Any]], released: dict[str, float],
                verbose: bool) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """Per step, seconds after the order (provisioning) and after the release request."""
-    agent, writes = _agent_events(stack, hosts), _desired_writes(stack)
-    up: dict[str, list[float]] = {}
-    down: dict[str, list[float]] = {}
+    """Per step, seconds after the order (its creation) and after the release request."""
+    src = Sources(_desired_writes(stack), _agent_events(stack, hosts), _stored_reports(stack),
+                  {h.pk: list(h.ports) for h in hosts}, sm)
+    up: dict[str, list[float]] = {step: [] for step in ORDER_STEPS}
+    down: dict[str, list[float]] = {step: [] for step in RELEASE_STEPS}
     for lease_id, lease in leases.items():
-        timelines = [(up, lease["created"], _stamps(("placed", lease["placed"] or 0.0),
-                                                    ("active", lease["active"]),
-                                                    lease["nodes"], writes, agent, sm))]
-        if lease_id in released and lease["releasing"]:
-            timelines.append((down, released[lease_id], _stamps(
-                ("releasing", lease["releasing"]), ("ended", lease["ended"]),
-                lease["nodes"], writes, agent, sm)))
-        for steps, t0, stamps in timelines:
+        timelines = [("order", up, lease["created"], _stamps(
+            ORDER_STEPS, lease["placed"] or 0.0, lease["active"], lease["nodes"], src))]
+        if released.get(lease_id) and lease["releasing"]:
+            timelines.append(("release", down, released[lease_id], _stamps(
+                RELEASE_STEPS, lease["releasing"], lease["ended"], lease["nodes"], src)))
+        for what, steps, t0, stamps in timelines:
             if verbose:
-                print(f"  lease {lease_id[:8]} nodes {lease['nodes']}: " + ", ".join(
-                    f"{k} {v - t0:.2f}" for k, v in stamps.items()))
+                print(f"  lease {lease_id[:8]} {what:7s} nodes {lease['nodes']}: " + ", ".join(
+                    f"{k} {v - t0:.2f}" if v else f"{k} -" for k, v in stamps.items()))
             for step, ts in stamps.items():
-                steps.setdefault(step, [])
                 if ts:
                     steps[step].append(ts - t0)
     return up, down
 
 
 def _print_steps(title: str, steps: dict[str, list[float]]) -> None:
-    print(f"{title} (p50 / p90 / max):")
+    print(f"{title} (p50 / p90 / p99 / max, n):")
     for step, values in steps.items():
         if values:
-            print(f"  → {step:26s} {statistics.median(values):6.2f} / "
-                  f"{_pct(values, 0.9):6.2f} / {max(values):6.2f}")
+            print(f"  → {step:26s} {statistics.median(values):6.2f} / {_pct(values, 0.9):6.2f}"
+                  f" / {_pct(values, 0.99):6.2f} / {max(values):6.2f}  n={len(values)}")
+        else:
+            print(f"  → {step:26s}      -  (not seen)")
 
 
 def _run(stack: Stack, o: argparse.Namespace) -> int:
@@ -451,34 +628,28 @@ def _run(stack: Stack, o: argparse.Namespace) -> int:
     if o.sm == "opensm" or (o.sm == "auto" and ibsim_available()):
         names = [r[0] for r in stack.query("SELECT hostname FROM inventory_node ORDER BY 1")]
         ibsim = Ibsim(stack, names, stack.tmp / "ibsim")
+        ibsim.fabric_readers = o.fabric_readers
         ibsim.start()
         ibsim.adopt_guids()
     hosts = _hosts(stack, base)
     _start_agents(stack, hosts, base, ibsim)
     _wait_enrolled(stack, len(hosts) + 1)
-    sm = OpenSmBridge(stack, hosts, ibsim) if ibsim else SubnetManager(stack, hosts, o.sm_delay)
+    sm = _subnet_manager(stack, hosts, ibsim, o)
     sm.start()
     print(f"{len(hosts)} node agents + fabric agent enrolled and reporting", flush=True)
-    rng, tenants = random.Random(12), sorted(stack.keys)
-    ids: list[tuple[str, str]] = []
-    for i in range(o.orders):
-        tenant = tenants[i % len(tenants)]
-        ids.append((tenant, _order(stack, tenant, rng.choice([1, 2, 4, 8]))))
-        time.sleep(o.interval)
-    lease_ids = [lid for _, lid in ids]
-    states = stack.wait_settled(lease_ids, timeout=o.timeout, ok=("active",))
-    released: dict[str, float] = {}
-    for tenant, lid in ids:
-        if states.get(lid) == "active":
-            released[lid] = _release(stack, tenant, lid)
-    stack.wait_settled(list(released), timeout=o.timeout, ok=("ended",))
+    churn = Churn(stack, o.orders, o.interval, o.hold, o.max_gpus or len(hosts) * 8 // 2,
+                  o.timeout)
+    churn.run()
     sm.stop.set()
+    lease_ids, released = list(churn.leases), {k: v for k, v in churn.released.items() if v}
     leases = _lease_rows(stack, lease_ids)
     to_active = [r["active"] - r["created"] for r in leases.values() if r["active"]]
     to_ended = [leases[lid]["ended"] - t for lid, t in released.items() if leases[lid]["ended"]]
     print(f"orders: {o.orders}, active: {len(to_active)}, released: {len(released)}, "
           f"ended: {len(to_ended)}; reconciler every {o.reconcile_every:g} s; {sm.name_}"
-          + (f", SM delay {o.sm_delay:g} s" if not isinstance(sm, OpenSmBridge) else ""))
+          + (f", SM delay {o.sm_delay:g} s" if ibsim is None else ""))
+    print(f"churn: an order every {o.interval:g} s, each lease released {o.hold:g} s after "
+          f"it is active, at most {churn.max_gpus} GPUs held")
     print(f"order → active:  {_summary(to_active)}")
     print(f"release → ended: {_summary(to_ended)}")
     up, down = _breakdown(stack, hosts, sm, leases, released, o.verbose)
@@ -488,6 +659,15 @@ def _run(stack: Stack, o: argparse.Namespace) -> int:
     print(f"idle ({len(hosts)} node agents + fabric, no orders, {o.idle_seconds:g} s): "
           f"{idle:.1f} database commits/s")
     return 0 if len(to_active) == o.orders and len(to_ended) == len(released) else 1
+
+
+def _subnet_manager(stack: Stack, hosts: list[NodeHost], ibsim: Ibsim | None,
+                    o: argparse.Namespace) -> SubnetManager:
+    if ibsim is None:
+        return SubnetManager(stack, hosts, o.sm_delay)
+    if o.sysfs_from == "report":
+        return OpenSmBridge(stack, hosts, ibsim)
+    return HcaTables(stack, hosts, ibsim)
 
 
 def _idle_commits(stack: Stack, seconds: float) -> float:
@@ -505,22 +685,38 @@ def _idle_commits(stack: Stack, seconds: float) -> float:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="order → active with real agent processes")
     p.add_argument("--nodes", type=int, default=8)
-    p.add_argument("--orders", type=int, default=12)
-    p.add_argument("--interval", type=float, default=1.5, help="seconds between orders")
+    p.add_argument("--orders", type=int, default=40)
+    p.add_argument("--interval", type=float, default=2.0, help="seconds between orders")
+    p.add_argument("--hold", type=float, default=3.0,
+                   help="seconds a lease is held after it is active, then released")
+    p.add_argument("--max-gpus", type=int, default=0,
+                   help="GPUs held at most at once (default: half the pool: no queueing)")
+    p.add_argument("--sysfs-from", choices=("hca", "report"), default="hca",
+                   help="OpenSM: a node's sysfs shows its HCA's table as the SM programs "
+                   "it (hca, as the kernel does) or only once the fabric agent has "
+                   "reported the map applied (report, this benchmark before ADR 0135)")
     p.add_argument("--sm", choices=("auto", "opensm", "fake"), default="auto",
                    help="auto: a real OpenSM on ibsim if installed, else the fake SM")
     p.add_argument("--sm-delay", type=float, default=0.25, help="fake SM only")
     p.add_argument("--reconcile-every", type=float, default=5.0)
     p.add_argument("--idle-seconds", type=float, default=20.0)
-    p.add_argument("--timeout", type=float, default=60.0)
+    p.add_argument("--timeout", type=float, default=240.0, help="for the whole churn")
+    p.add_argument("--fabric-readers", type=int, default=IBSIM_READERS,
+                   help="the fabric agent's read_back_parallel on ibsim (at most 4)")
     p.add_argument("--verbose", action="store_true", help="print every lease's timeline")
+    p.add_argument("--db-name", default=os.environ.get("GPUPOOL_BENCH_DB_NAME", ""),
+                   help="the throwaway database's name (default: the stack's own)")
     o = p.parse_args(argv)
     config = StackConfig(nodes=o.nodes, gpus_per_node=8, nodes_per_leaf=16, tenants=0,
                          big_tenants=2, workers=2, web_workers=1,
                          reconcile_every_s=o.reconcile_every,
                          env={"GPUPOOL_SIMULATED_AGENTS": "0"})
     began = time.perf_counter()
-    with Stack(config) as stack:
+    stack = Stack(config)
+    if o.db_name:
+        stack.db_name = o.db_name
+        stack.db_url = f"{server_url()}/{o.db_name}"
+    with stack:
         print(f"stack up in {time.perf_counter() - began:.1f} s ({stack.base_url})", flush=True)
         try:
             return _run(stack, o)
