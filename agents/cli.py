@@ -148,7 +148,8 @@ def cmd_fabric(args: argparse.Namespace) -> int:
     if f["driver"] == "opensm":
         manager = OpenSmManager(Path(f["partitions_conf"]), pid_file=Path(f["opensm_pid_file"]),
                                 diag_prefix=f["diag_prefix"].split(),
-                                default_membership=f["default_membership"])  # fmt: skip
+                                default_membership=f["default_membership"],
+                                parallel=int(f["read_back_parallel"]))  # fmt: skip
     elif f["driver"] == "ufm":
         lo, _, hi = f["pkey_range"].partition("-")
         manager = UfmManager(f["ufm_url"], f["ufm_username"], f["ufm_password"],

@@ -36,7 +36,7 @@ FABRIC_DEFAULTS: dict[str, dict[str, Any]] = {
     "fabric": {
         "driver": "opensm", "partitions_conf": "/etc/opensm/partitions.conf",
         "opensm_pid_file": "/run/opensm.pid", "default_membership": "limited",
-        "diag_prefix": "", "verify_timeout_s": 30.0,
+        "diag_prefix": "", "verify_timeout_s": 30.0, "read_back_parallel": 8,
         "ufm_url": "", "ufm_username": "", "ufm_password": "", "ufm_ca_file": "",
         # which UFM keys are ours: the portal's GPUPOOL_PKEY_RANGE and partition-name prefix
         "pkey_range": "0x0100-0x7ffe", "ufm_managed_prefix": "tenant_",

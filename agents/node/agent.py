@@ -69,6 +69,8 @@ class NodeAgent:
         self.next_watch = self.watch_step = 0.0
         self.expiry_at: float | None = None  # wall time of the next grant not_after
         self.on_sample: Callable[[Any], None] | None = None
+        if hasattr(applier, "submit"):  # the fabric's: tells when a map is done, at once
+            setattr(applier, "on_change", self.wake.set)  # noqa: B010
         self._load_credential()
 
     # --- enrolment -----------------------------------------------------------------
@@ -223,13 +225,17 @@ class NodeAgent:
     def _after_ack(self, ack: dict[str, Any]) -> None:
         try:
             generation = int(ack.get("desired_generation", 0))
-            if generation > self.applier.generation_applied:
+            if generation > max(self.applier.generation_applied, self._in_progress()):
                 # also retries a generation whose apply failed (idempotent), once per ack
                 self.poll_desired(wait_s=0, after=self.applier.generation_applied)
             if ack.get("rotate_credential"):
                 self._save_credential(self.client.rotate_credential())
         except PortalError as exc:  # retried on the next ack / long-poll
             log.warning("follow-up after ack failed", extra={"error": str(exc)})
+
+    def _in_progress(self) -> int:
+        """The generation the applier is working on (the fabric's worker), else 0."""
+        return int(getattr(self.applier, "generation_in_progress", 0))
 
     def poll_desired(self, wait_s: int, after: int | None = None) -> bool:
         """Fetch (long-poll) the desired state; apply it if newer. True if applied."""
@@ -241,7 +247,11 @@ class NodeAgent:
         if problems:
             log.error("invalid desired state", extra={"problems": problems[:5]})
             return False
-        self.applier.apply(desired)
+        submit = getattr(self.applier, "submit", None)
+        if submit is not None:  # the fabric: applied (newest first) by its own worker
+            submit(desired)
+        else:
+            self.applier.apply(desired)
         log.info("desired state received", extra={"generation": desired["generation"]})
         self._save_desired(desired)
         self._start_watch()
@@ -275,6 +285,10 @@ class NodeAgent:
         if self.s.role == "node":  # grants live on nodes; the fabric re-reads its map
             with contextlib.suppress(Exception):  # never a reason not to start
                 self.restore_desired()
+        worker = getattr(self.applier, "run", None)  # the fabric's coalescing applier
+        if worker is not None:
+            threading.Thread(target=worker, args=(stop,), daemon=True,
+                             name="fabric-apply").start()  # fmt: skip
         waker = threading.Thread(target=self._long_poll, args=(stop,), daemon=True,
                                  name="desired-state-long-poll")  # fmt: skip
         waker.start()

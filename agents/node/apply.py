@@ -55,7 +55,7 @@ class NodeApplier:
         self.errors = []
         self._grants()
         self._ipoib(desired.get("partitions", []))
-        self.last_devices = self.ib.collect()  # the report that follows shows this moment
+        self.last_devices = self.ib.partitions_view()  # the report after shows this moment
         if not self.errors:
             self.generation_applied = generation
         log.info("desired state applied", extra={"generation": generation,
@@ -103,7 +103,7 @@ class NodeApplier:
             return min(times) if times else None
 
     def _ipoib_wanted(self, partitions: list[dict[str, Any]]) -> set[int]:
-        mine = {p.port_guid for d in self.ib.collect() for p in d.ports if p.port_guid}
+        mine = {p.port_guid for d in self.ib.partitions_view() for p in d.ports if p.port_guid}
         return {
             int(p["pkey"], 16) | 0x8000
             for p in partitions
@@ -132,7 +132,7 @@ class NodeApplier:
         """Re-read sysfs, IPoIB children and grants: does the node match its desired
         state now? (Also refreshes the devices the next report shows.)"""
         with self._lock:
-            self.last_devices = self.ib.collect()
+            self.last_devices = self.ib.partitions_view()
             if self.errors or self.generation_applied < self.generation_seen:
                 return False
             ports = check_partitions(self.last_devices, self.desired)
@@ -160,7 +160,8 @@ class NodeApplier:
             "generation_seen": self.generation_seen,
             "apply_errors": list(self.errors),
             "partitions": check_partitions(
-                self.last_devices if self.last_devices is not None else self.ib.collect(),
+                self.last_devices if self.last_devices is not None
+                else self.ib.partitions_view(),
                 self.desired,
             ),
             "ipoib_children": children,

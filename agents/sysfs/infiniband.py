@@ -198,24 +198,40 @@ class InfinibandCollector:
             return []
         return [self._device(name) for name in names]
 
-    def _device(self, name: str) -> IbDevice:
+    def partitions_view(self) -> list[IbDevice]:
+        """Only what partition checks read (each port's GUID, link layer and P_Key table):
+        the convergence watch re-reads this every step, and a port's counters are most of
+        what ``collect`` reads."""
+        try:
+            names = sorted(os.listdir(self.base))
+        except OSError:
+            return []
+        return [self._device(name, full=False) for name in names]
+
+    def _device(self, name: str, full: bool = True) -> IbDevice:
         d = self.base / name
-        dev = IbDevice(
-            name=name,
-            board_id=_read(d / "board_id"),
-            fw_ver=_read(d / "fw_ver"),
-            hca_type=_read(d / "hca_type"),
-            node_guid=_read(d / "node_guid"),
-            node_type=_read(d / "node_type"),
-            node_desc=_read(d / "node_desc"),
-        )
+        dev = IbDevice(name=name)
+        if full:
+            dev.board_id, dev.fw_ver, dev.hca_type = (
+                _read(d / "board_id"), _read(d / "fw_ver"), _read(d / "hca_type"))
+            dev.node_guid, dev.node_type, dev.node_desc = (
+                _read(d / "node_guid"), _read(d / "node_type"), _read(d / "node_desc"))
         try:
             port_names = os.listdir(d / "ports")
         except OSError:
             port_names = []
         for pn in sorted((p for p in port_names if p.isdigit()), key=int):
-            dev.ports.append(self._port(name, int(pn), d / "ports" / pn))
+            port = d / "ports" / pn
+            dev.ports.append(self._port(name, int(pn), port) if full
+                             else self._port_partitions(name, int(pn), port))
         return dev
+
+    def _port_partitions(self, device: str, num: int, p: Path) -> IbPort:
+        port = IbPort(device=device, port=num)
+        port.link_layer = _read(p / "link_layer")
+        port.port_guid = gid_to_guid(_read(p / "gids" / "0"))
+        port.pkeys = _read_pkeys(p / "pkeys")
+        return port
 
     def _port(self, device: str, num: int, p: Path) -> IbPort:
         port = IbPort(device=device, port=num)
