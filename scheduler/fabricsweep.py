@@ -12,8 +12,9 @@ gang wait-seconds).
 from __future__ import annotations
 
 import statistics
+import sys
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
 from scheduler.gangwait import BUCKETS
@@ -33,10 +34,24 @@ def _one(task: tuple[tuple[str, ...], int, int, float, str]) -> list[Row]:
 def sweep(policies: Sequence[str], jobs: int, seeds: Sequence[int], loads: Sequence[float],
           fabrics: Sequence[str], procs: int = 1) -> list[Row]:
     tasks = [(tuple(policies), jobs, s, ld, f) for ld in loads for f in fabrics for s in seeds]
+    out: list[Row] = []
     if procs <= 1:
-        return [r for t in tasks for r in _one(t)]
+        for t in tasks:
+            out += _progress(_one(t))
+        return out
     with ProcessPoolExecutor(procs) as pool:
-        return [r for rows in pool.map(_one, tasks) for r in rows]
+        for fut in as_completed([pool.submit(_one, t) for t in tasks]):
+            out += _progress(fut.result())
+    return out
+
+
+def _progress(rows: list[Row]) -> list[Row]:
+    """Each finished run on stderr (a long sweep shows what it has so far)."""
+    first = rows[0]
+    print(f"done load={first['load']} fabric={first['fabric']} seed={first['seed']}: "
+          + ", ".join(f"{r['policy']} p95={r['gang_wait_p95_s']:.0f} "
+                      f"alloc={r['alloc_pct']}" for r in rows), file=sys.stderr, flush=True)
+    return rows
 
 
 def _halved(rows: Sequence[Row], policy: str) -> str:
