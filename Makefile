@@ -50,6 +50,14 @@ bench-scheduler: $(STAMP)
 bench-fabric: $(STAMP)
 	$(PY) -m scheduler.bench fabric --csv fabric-workload.csv
 
+# Seeds 42-51 x loads x the three fabrics, fgd+ (today) against the default: the table of
+# docs/scheduler.md ("Gangs that wait: measured"). PROCS=16 on a larger machine.
+PROCS ?= 2
+.PHONY: bench-fabric-sweep
+bench-fabric-sweep: $(STAMP)
+	$(PY) -m scheduler.bench fabric --seeds 42 43 44 45 46 47 48 49 50 51 \
+	  --loads 0.8 0.9 0.95 --procs $(PROCS)
+
 bench-replay: $(STAMP)
 	$(PY) -m scheduler.replay snapshot --nodes $(TRACES)/openb_node_list_gpu_node.csv \
 	  --pods $(TRACES)/openb_pod_list_default.csv --tune 1.3 --seed 42 --out report.json

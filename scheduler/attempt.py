@@ -70,12 +70,15 @@ def _find_gang(state: ClusterState, request: Request, shape: Shape, topology: To
         choices = [c for c in choices if c.node not in blocked]
     groups, locality = state.node_groups(topology), gang_locality(request, relax)
     avoid = state.drained_nodes(request.nodes)
+    spread = state.leaves is not None  # fabric policies: spill over the fullest leaves
     picked = None
     if avoid:  # a smaller gang keeps off the leaf drained for a larger one if it can
         kept = [c for c in choices if c.node not in avoid]
-        picked = select_gang(kept, request.nodes, state.names, topology, locality, groups)
+        picked = select_gang(kept, request.nodes, state.names, topology, locality, groups,
+                             spread)
     if picked is None:
-        picked = select_gang(choices, request.nodes, state.names, topology, locality, groups)
+        picked = select_gang(choices, request.nodes, state.names, topology, locality, groups,
+                             spread)
     if picked is None:
         return None
     choices, hops = picked

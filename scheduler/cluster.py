@@ -329,18 +329,19 @@ class ClusterState:
         self._touch(i)
 
     def drained_nodes(self, gang: int) -> frozenset[int]:
-        """Nodes of the leaf drained for a gang larger than ``gang`` nodes (else none)."""
+        """Nodes of the leaves drained or kept for a gang larger than ``gang`` nodes."""
         leaves = self.leaves
-        if leaves is None or leaves.drain_for is None or gang >= leaves.drain_for:
+        if leaves is None:
             return frozenset()
-        lid = leaves.drained()
-        return frozenset() if lid is None else frozenset(leaves.members[lid])
+        return frozenset(i for lid in leaves.avoid(gang) for i in leaves.members[lid])
 
     def set_hold(self, hold: Hold | None) -> None:
         """Hold nodes for the head-of-line gang (None: no reservation). Only a state
         that tracks leaves (a fabric policy) keeps one; others ignore it."""
         if self.leaves is None:
             hold = None
+        elif hold is not None:  # the hold replaces the drained leaves
+            self.set_drains(())
         self.hold = hold
         self.held = frozenset() if hold is None else frozenset(
             self.index[n] for n in hold.nodes if n in self.index)
@@ -359,6 +360,14 @@ class ClusterState:
         if self.leaves is None:
             return
         for lid in self.leaves.set_drain(nodes, leaf):
+            for j in self.leaves.members[lid]:
+                self._rekey(j)
+
+    def set_drains(self, drains: Sequence[tuple[int, str]]) -> None:
+        """Drain these (need, leaf) pairs too (gangs waiting behind the first)."""
+        if self.leaves is None:
+            return
+        for lid in self.leaves.set_drains(drains):
             for j in self.leaves.members[lid]:
                 self._rekey(j)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from scheduler.fabric import FabricModel, drain_leaf, typical_gang
+from scheduler.fabric import KEEP_LEAVES, FabricModel, drain_leaf, drain_leaves, typical_gang
 from scheduler.frag import FragModel, typical_task_mix
 from scheduler.model import MILLI, Lease, LocalityLevel, Request, Snapshot, TaskType
 from scheduler.scores import ScoreContext
@@ -41,8 +41,37 @@ def fabric_model(snapshot: Snapshot, queue: Sequence[Request]) -> FabricModel | 
     sizes = [r.nodes for r in queue] + [len(le.parts) for le in snapshot.leases]
     gangs_queued = sum(1 for r in queue if r.nodes > 1)
     need = drain_for(queue)
+    ends = free_at(snapshot.leases)
+    keep = keep_for(snapshot, queue, leaf_of)
+    waiting = sorted((r.nodes for r in queue if r.nodes > 1 and needs_one_leaf(r)),
+                     reverse=True)[:MAX_DRAINS]
+    drains = drain_leaves(leaf_of, ends, standing(waiting, keep))
     return FabricModel(leaf_of, typical_gang(sizes), max(1, gangs_queued), need,
-                       drain_leaf(leaf_of, free_at(snapshot.leases), need))
+                       drain_leaf(leaf_of, ends, need), keep_for=keep,
+                       drains=tuple(drains))
+
+
+def standing(waiting: list[int], keep: int | None) -> list[int]:
+    """The gangs leaves are drained for: the waiting ones, else ``KEEP_LEAVES`` of the
+    largest seen (kept ahead of its arrival)."""
+    return waiting if waiting or keep is None else [keep] * KEEP_LEAVES
+
+
+MAX_DRAINS = 8  # waiting leaf gangs that get a drained leaf each (largest first)
+
+
+def keep_for(snapshot: Snapshot, queue: Sequence[Request],
+             leaf_of: dict[str, str]) -> int | None:
+    """Nodes of the largest leaf gang seen: queued ones that require one leaf, and
+    leases over several nodes under one leaf; at most the largest leaf's size."""
+    sizes: dict[str, int] = {}
+    for leaf in leaf_of.values():
+        sizes[leaf] = sizes.get(leaf, 0) + 1
+    seen = [r.nodes for r in queue if r.nodes > 1 and needs_one_leaf(r)]
+    seen += [len(le.parts) for le in snapshot.leases if len(le.parts) > 1
+             and len({leaf_of.get(p.node) for p in le.parts}) == 1]
+    largest = max(sizes.values(), default=0)
+    return max((n for n in seen if n <= largest), default=None)
 
 
 def free_at(leases: Sequence[Lease]) -> dict[str, float]:

@@ -34,8 +34,10 @@ WHOLE = 2
 EDGE = 4
 LAST = 8
 DRAIN = 16
-IDLE_SHIFT = 5
+KEEP = 32
+IDLE_SHIFT = 6
 IDLE_STEPS = 16
+KEEP_LEAVES = 2  # leaves kept able to host the largest leaf gang seen (or drained)
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,13 @@ class FabricModel:
     reserve: int = 1  # how many gang-capable leaves count as "the last ones"
     drain_for: int | None = None  # nodes of the largest queued gang that needs one leaf
     drain_leaf: str | None = None  # the leaf to drain for it (see drain_leaf)
+    # Nodes of the largest leaf-required gang seen (queue and leases): one leaf able to
+    # host it is kept (KEEP), or drained when none is, before such a gang waits.
+    keep_for: int | None = None
+    keep_leaves: int = KEEP_LEAVES  # how many leaves able to host it are kept (or drained)
+    # Every drained leaf, as (need, leaf) pairs (drain_leaves); None: one automatic
+    # drained leaf for ``drain_for`` (``drain_leaf``), the behaviour before.
+    drains: tuple[tuple[int, str], ...] | None = None
 
 
 def drain_leaf(leaf_of: Mapping[str, str], free_at: Mapping[str, float],
@@ -61,6 +70,35 @@ def drain_leaf(leaf_of: Mapping[str, str], free_at: Mapping[str, float],
         times.setdefault(leaf, []).append(free_at.get(node, 0.0))
     ready = [(sorted(ts)[need - 1], leaf) for leaf, ts in times.items() if len(ts) >= need]
     return min(ready)[1] if ready else None
+
+
+def drain_leaves(leaf_of: Mapping[str, str], free_at: Mapping[str, float],
+                 needs: Sequence[int], idle: Mapping[str, int] | None = None,
+                 ) -> list[tuple[int, str]]:
+    """A leaf for each waiting gang (``needs``: node counts): largest first, a gang that
+    fits a leaf now (``idle`` per leaf) takes it, else the free leaf where its count is
+    free soonest by the calendar (as :func:`drain_leaf`); one gang per leaf. Returns the
+    (need, leaf) pairs to drain, in the order of ``needs`` sorted largest first."""
+    times: dict[str, list[float]] = {}
+    for node, leaf in leaf_of.items():
+        times.setdefault(leaf, []).append(free_at.get(node, 0.0))
+    for ts in times.values():
+        ts.sort()
+    idle_now = dict(idle or {})
+    taken: set[str] = set()
+    out: list[tuple[int, str]] = []
+    for need in sorted(needs, reverse=True):
+        now = [leaf for leaf, n in idle_now.items() if n >= need and leaf not in taken]
+        if now:
+            taken.add(min(now, key=lambda leaf: (idle_now[leaf], leaf)))
+            continue
+        ready = [(ts[need - 1], leaf) for leaf, ts in times.items()
+                 if len(ts) >= need and leaf not in taken]
+        if ready:
+            leaf = min(ready)[1]
+            taken.add(leaf)
+            out.append((need, leaf))
+    return out
 
 
 def typical_gang(sizes: Iterable[int]) -> int | None:
@@ -78,6 +116,7 @@ class LeafTracker:
         self.gang = model.gang_nodes
         self.reserve = max(1, model.reserve)
         self.drain_for = model.drain_for
+        self.keep_for = model.keep_for
         leaf_ids: dict[str, int] = {}
         self.leaf: list[int] = []
         for name in names:
@@ -94,6 +133,13 @@ class LeafTracker:
         self.idle = [0] * len(leaf_ids)
         self.size = [0] * len(leaf_ids)
         self.flags = [0] * len(leaf_ids)
+        self.keep_leaves = model.keep_leaves
+        self.extra: dict[int, int] = {}  # drained leaves: leaf -> need (set_drains)
+        self.planned = False  # set_drains named every drained leaf (no automatic one)
+        if model.drains is not None:
+            self.planned = True
+            self.extra = {leaf_ids[leaf]: need for need, leaf in model.drains
+                          if leaf in leaf_ids}
 
     def set_node(self, i: int, counted: bool, idle: bool) -> None:
         """Record node ``i``'s state without recomputing flags (initial load)."""
@@ -111,11 +157,47 @@ class LeafTracker:
     def capable(self, lid: int) -> bool:
         return self.gang is not None and self.idle[lid] >= self.gang
 
+    @property
+    def need(self) -> int | None:
+        """Nodes of the gang leaves are kept for: the waiting one, else the largest seen."""
+        return self.drain_for if self.drain_for is not None else self.keep_for
+
+    def kept(self) -> list[int]:
+        """Leaves at the edge of hosting the kept-for gang (``need`` idle nodes exactly)
+        while at most ``keep_leaves`` leaves can host it: breaking one costs more
+        (``KEEP``)."""
+        need = self.need
+        if need is None or need < 2:
+            return []
+        able = [lid for lid in range(len(self.flags)) if self.idle[lid] >= need]
+        if len(able) > self.keep_leaves:
+            return []
+        return [lid for lid in able if self.idle[lid] == need]
+
+    def avoid(self, gang: int) -> list[int]:
+        """Leaves a gang of ``gang`` nodes keeps off if it can: the drained leaf and the
+        kept ones, when they are for a larger gang."""
+        need = self.need
+        if need is None or gang >= need:
+            return []
+        drained = self.drained()
+        out = [drained] if drained is not None else self.kept()
+        return out + [lid for lid, n in self.extra.items() if n > gang and lid not in out]
+
+    def set_drains(self, drains: Sequence[tuple[int, str]]) -> list[int]:
+        """Drain exactly these (need, leaf) pairs (a leaf stays drained while it has
+        fewer than ``need`` idle nodes), instead of the one automatic drained leaf;
+        return the leaves whose flags changed."""
+        self.planned = True
+        self.extra = {lid: need for need, leaf in drains
+                      if (lid := self.leaf_ids.get(leaf)) is not None}
+        return self.recompute()
+
     def drained(self) -> int | None:
         """The leaf drained for the queued gang (None: no gang waits, or a leaf holds it).
         Without a named leaf, the one with the most idle nodes is chosen and kept."""
-        need = self.drain_for
-        if need is None:
+        need = self.need
+        if need is None or need < 2 or self.planned:
             return None
         big = [lid for lid in range(len(self.flags)) if self.size[lid] >= need]
         if not big or any(self.idle[lid] >= need for lid in big):
@@ -136,9 +218,13 @@ class LeafTracker:
         """Recompute every leaf's flags; return the leaves whose flags changed."""
         capable = sum(1 for lid in range(len(self.flags)) if self.capable(lid))
         drained = self.drained()
+        kept = self.kept() if drained is None else []
+        draining = {lid for lid, n in self.extra.items() if self.idle[lid] < n}
+        if drained is not None:
+            draining.add(drained)
         changed: list[int] = []
         for lid, old in enumerate(self.flags):
-            new = IN_FABRIC | (DRAIN if lid == drained else 0)
+            new = IN_FABRIC | (DRAIN if lid in draining else 0) | (KEEP if lid in kept else 0)
             if self.size[lid] and self.idle[lid] == self.size[lid]:
                 new |= WHOLE
             if self.gang is not None and self.idle[lid] == self.gang:
@@ -175,6 +261,8 @@ def break_cost(flags: int, node_broken: bool, domains_broken: int) -> float:
     cost += 1.0 + idle_share
     if flags & WHOLE:
         cost += 2.0
+    if flags & KEEP:  # more than the drain: a kept leaf is worth more than one draining
+        cost += 48.0
     if flags & EDGE:
         cost += 4.0
         if flags & LAST:

@@ -39,9 +39,10 @@ from typing import Any
 from scheduler.attempt import commit, find, shape_of
 from scheduler.cluster import ClusterState
 from scheduler.context import score_context
-from scheduler.fabric import FabricModel, LeafTracker, typical_gang
+from scheduler.fabric import KEEP_LEAVES, FabricModel, LeafTracker, drain_leaves, typical_gang
 from scheduler.fabrics import fat_tree_2tier, fat_tree_3tier, superpod
 from scheduler.feasibility import never_fits
+from scheduler.gangwait import BUCKETS, NEVER, Moment, WaitCauses
 from scheduler.model import (
     MILLI,
     Locality,
@@ -149,7 +150,13 @@ def context(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job]) -> S
     reqs = [j.request() for j in jobs[:2000]]
     ctx = score_context(Snapshot(tuple(nodes), topology), reqs)
     leaf_of = {n.name: leaf for n in nodes if (leaf := topology.leaf_of(n.name))}
-    fabric = FabricModel(leaf_of, typical_gang(j.nodes for j in jobs), 1)
+    sizes: dict[str, int] = {}
+    for leaf in leaf_of.values():
+        sizes[leaf] = sizes.get(leaf, 0) + 1
+    keep = max((j.nodes for j in jobs if j.leaf_required and j.nodes > 1
+                and j.nodes <= max(sizes.values(), default=0)), default=None)
+    fabric = FabricModel(leaf_of, typical_gang(j.nodes for j in jobs), 1, keep_for=keep,
+                         keep_leaves=KEEP_LEAVES)
     return ScoreContext(ctx.frag, ctx.max_cpu, ctx.max_gpus, ctx.model_demand, fabric)
 
 
@@ -166,6 +173,7 @@ class _Sim:
         self.waiting: list[Job] = []
         self.running: dict[str, tuple[tuple[NodeAllocation, ...], Job]] = {}
         self.gang_waits: list[float] = []
+        self.gang_wait_of: dict[str, float] = {}
         self.gangs_local = 0
         self.area = self.frag_area = 0.0
         self.last_t = 0
@@ -174,8 +182,15 @@ class _Sim:
         # Leaf membership for the fragmentation metric (the same for every policy).
         self.tracker = LeafTracker(ctx.fabric, self.state.names) if ctx.fabric else None
         self.free_at: dict[str, float] = {}  # node -> end of the last job placed there
+        # Why gangs wait (scheduler.gangwait): arrival rank per job, ranks per node.
+        self.rank: dict[str, int] = {}
+        self.on_node: dict[str, dict[str, int]] = {n.name: {} for n in nodes}
+        self.causes = WaitCauses()
+        self.pending: list[tuple[str, str]] = []  # (gang, bucket) until the next event
 
     def advance(self, t: int) -> None:
+        for gang, bucket in self.pending:
+            self.causes.add(gang, bucket, float(t - self.last_t))
         lo, hi = self.window
         dt = min(t, hi) - max(self.last_t, lo)
         if dt > 0:
@@ -207,11 +222,13 @@ class _Sim:
         parts = commit(self.state, shape, found)
         self.running[job.id] = (parts, job)
         for part in parts:
+            self.on_node[part.node][job.id] = self.rank.get(job.id, 0)
             self.free_at[part.node] = max(self.free_at.get(part.node, 0.0),
                                           float(t + job.duration))
         self.allocated += job.milli
         if job.kind == "gang":
             self.gang_waits.append(float(t - job.arrival))
+            self.gang_wait_of[job.id] = float(t - job.arrival)
             self.gangs_local += found.hops == 0
         return True
 
@@ -219,29 +236,46 @@ class _Sim:
         parts, job = self.running.pop(job_id)
         for part in parts:
             self.state.release(part, job.tenant if job.gpu_milli < MILLI else "")
+            self.on_node[part.node].pop(job_id, None)
         self.allocated -= job.milli
 
     def plan(self, t: int) -> None:
-        """What a pass would hold now (fabric policies only): the head-of-line waiting
-        leaf-required gang gets an EASY reservation (``plan_hold``) on the leaf that
-        frees soonest; that leaf is also drained (a cost for new work) while no leaf
-        holds the gang."""
+        """What a pass would decide about leaves now (fabric policies only): the largest
+        waiting leaf-required gang, else the largest one seen (``keep_for``), has a leaf
+        kept for it, or drained by the calendar when no leaf can host it; with a hold
+        policy the waiting gang gets an EASY reservation (``plan_hold``) instead."""
         leaves = self.state.leaves
         if leaves is None:
             return
         gangs = [j for j in self.waiting if j.leaf_required and j.nodes > 1]
         head = max(gangs, key=lambda j: j.nodes, default=None)
-        if head is None:
-            self.state.set_hold(None)
-            self.state.set_drain(None, None)
-            return
-        fits = any(n >= head.nodes for n in leaves.idle)
-        hold = None if fits or not self.holds else plan_hold(head.id, head.nodes, self.leaf_of,
-                                           self.free_at, t)
+        fits = head is None or any(n >= head.nodes for n in leaves.idle)
+        hold = None if fits or not self.holds or head is None else plan_hold(
+            head.id, head.nodes, self.leaf_of, self.free_at, t)
         self.state.set_hold(hold)
-        # The hold replaces the drain (work admitted by it may use the held leaf freely);
-        # while the gang fits a leaf, smaller gangs still keep off it if they can.
-        self.state.set_drain(None if hold is not None else head.nodes, None)
+        if hold is not None:  # work admitted by the hold may use the held leaf freely
+            self.state.set_drain(None, None)
+            self.state.set_drains([])
+            return
+        keep = leaves.keep_for
+        needs = [j.nodes for j in gangs] or ([keep] * KEEP_LEAVES if keep else [])
+        idle = {name: leaves.idle[lid] for name, lid in leaves.leaf_ids.items()}
+        drains = drain_leaves(self.leaf_of, self.free_at, needs, idle)
+        self.state.set_drain(None if head is None else head.nodes, None)
+        self.state.set_drains(drains)
+
+    def classify(self) -> None:
+        """Put every waiting gang in a wait bucket until the next event."""
+        gangs = [j for j in self.waiting if j.kind == "gang"]
+        self.pending = []
+        if not gangs:
+            return
+        first = {n: min(jobs.values(), default=NEVER) for n, jobs in self.on_node.items()}
+        running = [(self.rank.get(j.id, 0), j.milli / MILLI) for _, j in self.running.values()]
+        moment = Moment.build(first, self.leaf_of, (self.capacity - self.allocated) / MILLI,
+                              running)
+        self.pending = [(j.id, moment.classify(self.rank.get(j.id, 0), j.nodes, j.gpus,
+                                               j.leaf_required)) for j in gangs]
 
     def retry(self, t: int) -> list[Job]:
         placed: list[Job] = []
@@ -268,6 +302,7 @@ def simulate(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job], pol
     gang = typical_gang(j.nodes for j in jobs) or 1
     sim = _Sim(nodes, topology, policy, ctx, gang)
     sim.window = (jobs[len(jobs) // 5].arrival, jobs[-1].arrival)
+    sim.rank = {j.id: k for k, j in enumerate(jobs)}
     events: list[tuple[int, int, str]] = [(j.arrival, 1, j.id) for j in jobs]
     heapq.heapify(events)
     by_id = {j.id: j for j in jobs}
@@ -281,18 +316,26 @@ def simulate(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job], pol
         sim.plan(t)
         for job in sim.retry(t):
             heapq.heappush(events, (t + job.duration, 0, job.id))
+        sim.classify()
     gangs = sum(1 for j in jobs if j.kind == "gang")
     span = max(sim.window[1] - sim.window[0], 1)
+    p95 = percentile(sim.gang_waits, 95)
+    tail = [g for g, w in sim.gang_wait_of.items() if w >= p95 and w > 0]
+    why = sim.causes.shares()
+    why_tail = sim.causes.shares(tail)
     return {
         "policy": policy,
         "alloc_pct": round(100 * sim.area / span, 2),
         "gang_wait_p50_s": percentile(sim.gang_waits, 50),
         "gang_wait_p95_s": percentile(sim.gang_waits, 95),
+        "gang_wait_mean_s": round(sum(sim.gang_waits) / max(len(sim.gang_waits), 1), 1),
         "gangs_one_leaf_pct": round(100 * sim.gangs_local / max(len(sim.gang_waits), 1), 1),
         "leaf_frag_pct": round(100 * sim.frag_area / span, 2),
         "gangs": gangs,
         "never_placed": len(sim.waiting),
         "refused": len(refused),  # can never fit this fabric (scheduler.never_fits)
+        **{f"wait_{b}_pct": why[b] for b in BUCKETS},
+        **{f"tail_{b}_pct": why_tail[b] for b in BUCKETS},
     }
 
 
@@ -312,17 +355,20 @@ def run(policies: Sequence[str], jobs_n: int, seed: int, load: float,
     return out
 
 
-COLUMNS = ("alloc_pct", "gang_wait_p50_s", "gang_wait_p95_s", "gangs_one_leaf_pct",
-           "leaf_frag_pct", "never_placed", "refused")
+COLUMNS = ("alloc_pct", "gang_wait_mean_s", "gang_wait_p50_s", "gang_wait_p95_s",
+           "gangs_one_leaf_pct", "leaf_frag_pct", "never_placed", "refused",
+           *(f"wait_{b}_pct" for b in BUCKETS), *(f"tail_{b}_pct" for b in BUCKETS))
 
 
 def render(results: Sequence[tuple[str, list[dict[str, Any]]]]) -> str:
     lines = []
     for fabric, rows in results:
         lines.append(f"== {fabric} ({rows[0]['gangs']} gangs)")
-        lines.append(f"{'metric':<20}" + "".join(f"{r['policy']:>14}" for r in rows))
+        names = [f"{r['policy']} (today)" if r["policy"] == "fgd+" else r["policy"]
+                 for r in rows]
+        lines.append(f"{'metric':<20}" + "".join(f"{n:>17}" for n in names))
         for col in COLUMNS:
-            lines.append(f"{col:<20}" + "".join(f"{r[col]:>14}" for r in rows))
+            lines.append(f"{col:<20}" + "".join(f"{r[col]:>17}" for r in rows))
     return "\n".join(lines)
 
 
@@ -333,14 +379,25 @@ def main(argv: Sequence[str]) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m scheduler.bench fabric")
     parser.add_argument("--policies", nargs="+",
-                        default=["fgd+", DEFAULT_POLICY, "fgd+fabric+hold"])
+                        default=["fgd+", DEFAULT_POLICY])
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--load", type=float, default=0.9)
     parser.add_argument("--fabrics", nargs="+", choices=sorted(fabrics()), default=None)
     parser.add_argument("--workload", help="replay this CSV instead of generating one")
     parser.add_argument("--csv", help="write the (last fabric's) generated workload here")
+    parser.add_argument("--seeds", nargs="+", type=int,
+                        help="sweep these seeds (and --loads) and print the summary table")
+    parser.add_argument("--loads", nargs="+", type=float)
+    parser.add_argument("--procs", type=int, default=1, help="sweep processes")
     args = parser.parse_args(argv)
+    if args.seeds or args.loads:
+        from scheduler.fabricsweep import per_seed, summary, sweep
+
+        rows = sweep(args.policies, args.jobs, args.seeds or [args.seed],
+                     args.loads or [args.load], args.fabrics or sorted(fabrics()), args.procs)
+        print(per_seed(rows), summary(rows), sep="\n\n", flush=True)
+        return 0
     print(render(run(args.policies, args.jobs, args.seed, args.load, args.workload,
                      args.csv, args.fabrics)), flush=True)
     return 0

@@ -31,11 +31,14 @@ def max_hops(locality: Locality | None) -> tuple[int, bool]:
 def select_gang(
     choices: Sequence[Choice], count: int, names: Sequence[str], topology: Topology,
     locality: Locality | None, node_groups: NodeGroups | None = None,
+    spread: bool = False,
 ) -> tuple[list[Choice], int] | None:
     """``count`` nodes from ``choices`` and the hop level they span, or None.
 
     ``node_groups`` may give the nodes' switch groups precomputed (else they are looked
-    up in ``topology``)."""
+    up in ``topology``). ``spread`` (fabric policies): a gang that spans leaves takes the
+    leaves with the fewest candidate nodes first, keeping the emptiest leaves for the
+    gangs that need one leaf (else the fullest first: fewest leaves spanned)."""
     if len(choices) < count:
         return None
     groups = node_groups if node_groups is not None else NodeGroups(names, topology)
@@ -43,16 +46,17 @@ def select_gang(
     limit, required = max_hops(locality)
     top = depth if not required else min(limit, depth)
     for level in range(top + 1):
-        picked = _best_group(choices, count, groups, level)
+        picked = _best_group(choices, count, groups, level, spread and level > 0)
         if picked is not None:
             return picked, level
     if required:
         return None
-    return _fewest_leaves(choices, count, groups), depth
+    return _fewest_leaves(choices, count, groups, spread), depth
 
 
 def _best_group(
     choices: Sequence[Choice], count: int, groups: NodeGroups, level: int,
+    spread: bool = False,
 ) -> list[Choice] | None:
     """The smallest group of ``level`` that holds the gang (best fit), lowest node first."""
     by_group: dict[str, list[Choice]] = {}
@@ -63,17 +67,19 @@ def _best_group(
     if not fitting:
         return None
     best = min(fitting, key=lambda g: (len(g), min(c.node for c in g)))
-    return _fewest_leaves(best, count, groups)
+    return _fewest_leaves(best, count, groups, spread)
 
 
 def _fewest_leaves(
-    group: Sequence[Choice], count: int, groups: NodeGroups,
+    group: Sequence[Choice], count: int, groups: NodeGroups, spread: bool = False,
 ) -> list[Choice]:
-    """Take whole leaves first (largest first), best-cost nodes within a leaf."""
+    """Take whole leaves first (largest first; with ``spread`` smallest first), best-cost
+    nodes within a leaf."""
     leaves: dict[str, list[Choice]] = {}
     for c in group:
         leaves.setdefault(groups.at(c.node, 0)[0], []).append(c)
-    ordered = sorted(leaves.values(), key=lambda g: (-len(g), min(c.node for c in g)))
+    sign = 1 if spread else -1
+    ordered = sorted(leaves.values(), key=lambda g: (sign * len(g), min(c.node for c in g)))
     out: list[Choice] = []
     for leaf in ordered:
         for c in sorted(leaf, key=lambda c: (c.cost, c.node)):

@@ -43,7 +43,11 @@ def _parser() -> argparse.ArgumentParser:
                             "scarcity-aware), ignored (any model), or kept but placed "
                             "by cost alone (unplanned; snapshot only)")
         p.add_argument("--gpuspec", type=float, default=0.0, metavar="SHARE",
-                       help="give this share of GPU pods a synthetic model pair first")
+                       help="give this share of GPU pods a synthetic model constraint "
+                            "first (seeded per pod name)")
+        p.add_argument("--gpuspec-form", choices=("pair", "fgd"), default="pair",
+                       help="pair: one of G2|G3, V100M16|V100M32, P100|T4; fgd: one "
+                            "model (both V100 sizes), the form of FGD's gpuspec traces")
     tl = sub.choices["timeline"]
     tl.add_argument("--tenants", type=int, default=8)
     tl.add_argument("--retry-window", type=int, default=64)
@@ -55,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     nodes = load_nodes(args.nodes)
     originals = load_pods(args.pods)
     if args.gpuspec:
-        originals = tuple(constrain(originals, nodes, args.gpuspec))
+        originals = tuple(constrain(originals, nodes, args.gpuspec, args.gpuspec_form))
     if args.models == "ignored":
         originals = tuple(ignore_models(originals))
     policy = get_policy(args.policy)
@@ -69,6 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               plan_models=args.models != "unplanned")
         report["seed"] = None if args.as_given or args.tune is None else args.seed
         report["models"], report["gpuspec"] = args.models, args.gpuspec
+        report["gpuspec_form"] = args.gpuspec_form
         summary = (f"policy={policy.name} pods={report['pods']} placed={report['placed']} "
                    f"alloc@100={alloc_at(report, 100)} alloc@130={alloc_at(report, 130)} "
                    f"decision_ms={report['decision_ms']}")

@@ -83,6 +83,10 @@ def _pod(row: dict[str, str]) -> Pod:
 
 # Model pairs an order may accept on the openb nodes (synthetic constraints, --gpuspec).
 FAMILIES = (("G2", "G3"), ("V100M16", "V100M32"), ("P100", "T4"))
+# The form of FGD's openb_pod_list_gpuspec{10,20,33}.csv (--gpuspec-form fgd): a pod names
+# one model, or both V100 memory sizes; how those files were drawn is not published.
+FGD_SPECS = (("A10",), ("G2",), ("G3",), ("P100",), ("T4",), ("V100M16", "V100M32"))
+FORMS = {"pair": FAMILIES, "fgd": FGD_SPECS}
 
 
 def ignore_models(pods: Sequence[Pod]) -> list[Pod]:
@@ -90,10 +94,12 @@ def ignore_models(pods: Sequence[Pod]) -> list[Pod]:
     return [replace(p, models=frozenset()) if p.models else p for p in pods]
 
 
-def constrain(pods: Sequence[Pod], nodes: Sequence[Node], share: float) -> list[Pod]:
+def constrain(pods: Sequence[Pod], nodes: Sequence[Node], share: float,
+              form: str = "pair") -> list[Pod]:
     """Synthetic model constraints: a ``share`` of the GPU pods without one (drawn per
-    pod name, so resampled clones keep theirs) accept one pair of :data:`FAMILIES`,
-    drawn by the pair's GPU capacity among the pairs with a node of ``num_gpu`` GPUs."""
+    pod name, so resampled clones keep theirs) accept one entry of ``FORMS[form]``
+    (``pair``: :data:`FAMILIES`; ``fgd``: :data:`FGD_SPECS`), drawn by the entry's GPU
+    capacity among the entries with a node of ``num_gpu`` GPUs."""
     cap: dict[str, int] = {}
     most: dict[str, int] = {}
     for n in nodes:
@@ -105,7 +111,7 @@ def constrain(pods: Sequence[Pod], nodes: Sequence[Node], share: float) -> list[
         if p.models or not p.num_gpu or rng.random() >= share:
             out.append(p)
             continue
-        fams = [f for f in FAMILIES if max(most.get(m, 0) for m in f) >= p.num_gpu]
+        fams = [f for f in FORMS[form] if max(most.get(m, 0) for m in f) >= p.num_gpu]
         if not fams:
             out.append(p)
             continue

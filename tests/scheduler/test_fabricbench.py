@@ -71,3 +71,31 @@ def test_bench_default_policy_holds_nothing():
     """The hold is opt-in: measured, it cost the next-largest gangs more than it saved."""
     sim, _ = _sim_with_waiting_gang("fgd+fabric")
     assert sim.state.hold is None
+
+
+def test_bench_default_drains_a_leaf_per_waiting_leaf_gang():
+    # Two 4-node leaf gangs wait: leaf 2 frees soonest (t=100) and goes to the first,
+    # the second gets its own (leaf 0: ties at t=900 to the lowest name). Before, one
+    # leaf was drained and the second gang's leaf kept filling up.
+    from scheduler.fabric import DRAIN
+
+    sim, _ = _sim_with_waiting_gang("fgd+fabric")
+    sim.waiting.append(fabricbench.Job("g2", 0, 3600, "gang", 8, 1000, 4, True, "t0"))
+    sim.plan(0)
+    leaves = sim.state.leaves
+    assert {lid for lid, f in enumerate(leaves.flags) if f & DRAIN} == {0, 2}
+
+
+def test_sweep_summary_counts_halved_seeds():
+    from scheduler.fabricsweep import summary
+
+    def row(policy, seed, p95):
+        return {"policy": policy, "seed": seed, "load": 0.9, "fabric": "rail",
+                "gang_wait_p95_s": p95, "gang_wait_mean_s": 1.0, "alloc_pct": 80.0,
+                "leaf_frag_pct": 10.0, **{f"wait_{b}_pct": 25.0 for b in
+                                          ("capacity", "overtaken", "leaf_frag",
+                                           "node_frag")}}
+    rows = [row("fgd+", 1, 100.0), row("x", 1, 50.0), row("fgd+", 2, 100.0),
+            row("x", 2, 80.0), row("fgd+", 3, 0.0), row("x", 3, 0.0)]
+    table = summary(rows)
+    assert "fgd+ (today)" in table and " 1/2 " in table

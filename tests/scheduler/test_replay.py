@@ -71,3 +71,20 @@ def test_openb_seed_42_bestfit_reproduces_and_default_beats_it():
     assert best is not None
     assert 92.0 < bf < 93.8  # published BestFit: 92.86 (mean of seeds 42-51)
     assert best > 95.5  # the acceptance bar (seed 42 alone: 95.83)
+
+
+def test_gpuspec_fgd_form_names_one_model_or_both_v100s_on_a_seeded_share():
+    from scheduler.fabrics import hgx
+    from scheduler.replay.trace import FGD_SPECS, Pod, constrain
+
+    nodes = [hgx("g2", 8, "G2"), hgx("t4", 2, "T4"), hgx("v", 8, "V100M16"),
+             hgx("w", 8, "V100M32")]
+    pods = [Pod(f"p{i}", 1000, 1024, 1 + i % 8, 1000, frozenset()) for i in range(2000)]
+    pods.append(Pod("cpu", 1000, 1024, 0, 0, frozenset()))
+    out = constrain(pods, nodes, 0.2, "fgd")
+    assert out == constrain(pods, nodes, 0.2, "fgd")  # seeded per pod name
+    named = [p for p in out if p.models]
+    assert 0.17 < len(named) / 2000 < 0.23 and out[-1].models == frozenset()
+    assert all(tuple(sorted(p.models)) in FGD_SPECS for p in named)
+    assert all(p.models != {"T4"} for p in named if p.num_gpu > 2)  # a node must fit it
+    assert constrain(pods, nodes, 0.2) != out  # the default form is pairs
