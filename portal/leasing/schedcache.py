@@ -9,10 +9,10 @@ still valid).
 Validation is one indexed query per use. On PostgreSQL, triggers (migration
 ``0004_passscale_schedcache``) append a row stamped with the writing transaction's id to
 ``leasing_schedchange`` whenever a watched column changes, whoever writes it (another
-process, raw SQL, a bulk update). A cache remembers the oldest transaction still running
-when it started reading (``xmin``): every change it may have missed belongs to a
-transaction at least that new, so the cache is stale exactly when such a row exists, and
-is then rebuilt. It is also rebuilt after ``MAX_AGE_S``, when the database differs, on
+process, raw SQL, a bulk update). A cache remembers which transactions its reads could
+not see (those running when it began, and all later ones: ``pg_current_snapshot()``):
+every change it may have missed carries one of those ids, so it is stale as soon as such
+a row exists, and is then rebuilt. It is also rebuilt after ``MAX_AGE_S``, when the database differs, on
 any error, and never kept when built inside a transaction that itself changed what it
 holds (that transaction could still roll back). Elsewhere (SQLite) nothing is kept.
 
@@ -39,14 +39,17 @@ MAX_AGE_S = 60.0
 T = TypeVar("T")
 
 
-XMIN = "SELECT pg_snapshot_xmin(pg_current_snapshot())::text"
-CHANGED_SINCE = "SELECT EXISTS (SELECT 1 FROM leasing_schedchange WHERE xid >= %s::xid8)"
+# What this statement's snapshot may not see: transactions running then (``xip``) and
+# those not yet begun (``>= xmax``); everything older is committed or rolled back.
+UNSEEN = "SELECT pg_current_snapshot()::text"  # 'xmin:xmax:xip,xip,...'
+CHANGED_SINCE = ("SELECT EXISTS (SELECT 1 FROM leasing_schedchange "
+                 "WHERE xid >= %s::xid8 OR xid = ANY(%s::xid8[]))")
 CHANGED_HERE = ("SELECT EXISTS (SELECT 1 FROM leasing_schedchange "
                 "WHERE xid = pg_current_xact_id_if_assigned())")
 PRUNE = "DELETE FROM leasing_schedchange WHERE created < now() - interval '1 day'"
 
 
-def _scalar(sql: str, params: tuple[str, ...] = ()) -> object:
+def _scalar(sql: str, params: tuple[object, ...] = ()) -> object:
     with connection.cursor() as cur:
         cur.execute(sql, params)
         row = cur.fetchone()
@@ -57,7 +60,8 @@ def _scalar(sql: str, params: tuple[str, ...] = ()) -> object:
 class _Entry(Generic[T]):
     static: T
     database: str
-    xmin: str
+    xmax: str  # the build may have missed the changes of transactions >= xmax …
+    running: list[str]  # … and of those running when it began
     built_at: float
 
 
@@ -94,7 +98,7 @@ class SchedulerCache(Generic[T]):
             return False
         try:
             with transaction.atomic():
-                return not _scalar(CHANGED_SINCE, (entry.xmin,))
+                return not _scalar(CHANGED_SINCE, (entry.xmax, entry.running))
         except DatabaseError:
             log.warning("scheduler cache: validation failed; rebuilding", exc_info=True)
             return False
@@ -103,10 +107,11 @@ class SchedulerCache(Generic[T]):
         self.builds += 1
         try:
             with transaction.atomic():
-                xmin = str(_scalar(XMIN))
+                _, xmax, running = str(_scalar(UNSEEN)).split(":")
                 static = self.build()
                 if not _scalar(CHANGED_HERE):  # else: this transaction may roll it back
-                    self._entry = _Entry(static, connection.settings_dict["NAME"], xmin,
+                    self._entry = _Entry(static, connection.settings_dict["NAME"], xmax,
+                                         [x for x in running.split(",") if x],
                                          time.monotonic())
                     with connection.cursor() as cur:
                         cur.execute(PRUNE)
