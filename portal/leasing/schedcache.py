@@ -12,9 +12,10 @@ Validation is one indexed query per use. On PostgreSQL, triggers (migration
 process, raw SQL, a bulk update). A cache remembers which transactions its reads could
 not see (those running when it began, and all later ones: ``pg_current_snapshot()``):
 every change it may have missed carries one of those ids, so it is stale as soon as such
-a row exists, and is then rebuilt. It is also rebuilt after ``MAX_AGE_S``, when the database differs, on
-any error, and never kept when built inside a transaction that itself changed what it
-holds (that transaction could still roll back). Elsewhere (SQLite) nothing is kept.
+a row exists, and is then rebuilt. It is also rebuilt after ``MAX_AGE_S``, when the
+database differs, on any error, and never kept when built inside a transaction that
+itself changed what it holds (that transaction could still roll back). Elsewhere
+(SQLite) nothing is kept.
 
 The leases are not cached (``allocation`` reads them each pass, cheaply), so a stale
 cache could only offer a node that is gone or keep one that came back out of a pass; the

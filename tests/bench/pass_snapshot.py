@@ -120,7 +120,8 @@ def drop_cache() -> None:
         forget()
 
 
-def run(nodes: list[int], queues: list[int], history: int, repeat: int) -> None:
+def run(nodes: list[int], queues: list[int], history: int, repeat: int,
+        schedule: bool = True) -> None:
     from portal.core import clock
     from portal.leasing import allocation
 
@@ -139,7 +140,7 @@ def run(nodes: list[int], queues: list[int], history: int, repeat: int) -> None:
             quote1 = best(lambda: allocation.preview(queue[0], now), 1)
             quote2 = best(lambda: allocation.preview(queue[0], now), 1)
             reqs = best(lambda: [allocation.to_request(le, now) for le in queue], repeat)
-            sched = best(lambda: allocation.schedule(queue[:500], now), 1)
+            sched = best(lambda: allocation.schedule(queue[:500], now), 1) if schedule else "-"
             print(f"{n:>6} {q:>6} {cold:>8} {warm:>8} {quote1:>9} {quote2:>9} {reqs:>11} "
                   f"{sched:>11}", flush=True)
 
@@ -150,6 +151,8 @@ def main() -> None:
     parser.add_argument("--queue", type=int, nargs="+", default=[1, 1000, 5000])
     parser.add_argument("--history", type=int, default=2, help="ended leases per node")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-schedule", action="store_true",
+                        help="skip the schedule column (the core's pass: scheduler.passbench)")
     args = parser.parse_args()
     url = os.environ.setdefault("DATABASE_URL", DEFAULT_DB)
     ensure_database(url)
@@ -162,7 +165,7 @@ def main() -> None:
     django.setup()
     print(f"portal snapshot on {url.rsplit('/', 1)[-1]}: {args.history} ended leases per "
           f"node of history; schedule = at most 500 queued (the portal's PASS_LIMIT)")
-    run(args.nodes, args.queue, args.history, args.repeat)
+    run(args.nodes, args.queue, args.history, args.repeat, not args.no_schedule)
 
 
 if __name__ == "__main__":
