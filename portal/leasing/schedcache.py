@@ -42,7 +42,8 @@ T = TypeVar("T")
 
 # What this statement's snapshot may not see: transactions running then (``xip``) and
 # those not yet begun (``>= xmax``); everything older is committed or rolled back.
-UNSEEN = "SELECT pg_current_snapshot()::text"  # 'xmin:xmax:xip,xip,...'
+UNSEEN = ("SELECT pg_current_snapshot()::text, "  # 'xmin:xmax:xip,xip,...'
+          "pg_current_xact_id_if_assigned()::text")
 CHANGED_SINCE = ("SELECT EXISTS (SELECT 1 FROM leasing_schedchange "
                  "WHERE xid >= %s::xid8 OR xid = ANY(%s::xid8[]))")
 CHANGED_HERE = ("SELECT EXISTS (SELECT 1 FROM leasing_schedchange "
@@ -108,12 +109,16 @@ class SchedulerCache(Generic[T]):
         self.builds += 1
         try:
             with transaction.atomic():
-                _, xmax, running = str(_scalar(UNSEEN)).split(":")
+                with connection.cursor() as cur:
+                    cur.execute(UNSEEN)
+                    snap, own = cur.fetchone()
+                _, xmax, running = snap.split(":")
                 static = self.build()
                 if not _scalar(CHANGED_HERE):  # else: this transaction may roll it back
+                    # this transaction's own later changes are unseen as well
+                    unseen = [x for x in running.split(",") if x] + ([own] if own else [])
                     self._entry = _Entry(static, connection.settings_dict["NAME"], xmax,
-                                         [x for x in running.split(",") if x],
-                                         time.monotonic())
+                                         unseen, time.monotonic())
                     with connection.cursor() as cur:
                         cur.execute(PRUNE)
             return static

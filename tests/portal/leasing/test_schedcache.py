@@ -136,6 +136,22 @@ def test_a_change_inside_the_pass_transaction_is_seen(pool: Any) -> None:
     assert "maintenance" in {n.state.value for n in allocation.snapshot().nodes}
 
 
+def test_a_later_change_by_the_building_transaction_is_seen(warm: dict[str, Any]) -> None:
+    """Built in a transaction that already wrote something else (so it has an id below
+    the snapshot's ``xmax``), then changing a node itself: seen after its commit."""
+    from django.db import transaction
+
+    name = Node.objects.order_by("hostname").values_list("hostname", flat=True)[0]
+    allocation.forget_cache()
+    with transaction.atomic():
+        list(Node.objects.select_for_update().filter(hostname=name))  # takes an id
+        behind_its_back("SELECT pg_current_xact_id()")  # a later id completes: xmax > ours
+        allocation.snapshot()
+        assert allocation.CACHE._entry is not None
+        Node.objects.filter(hostname=name).update(state=Node.State.DOWN)
+    assert node_state(allocation.snapshot(), name) == "down"
+
+
 def test_too_old_is_rebuilt(warm: dict[str, Any], monkeypatch: Any) -> None:
     builds = allocation.CACHE.builds
     monkeypatch.setattr(allocation.CACHE, "max_age_s", -1.0)
