@@ -280,7 +280,8 @@ def schedule(queue: list[Lease], now: datetime, policy: str | None = None) -> co
 
 def preview(lease: Lease, now: datetime) -> core.Quote:
     """A quote on the shared quote snapshot (at most ``quotesnap`` TTL old)."""
-    return core.quote(QUOTES.get(snapshot), to_request(lease, now), int(now.timestamp()))
+    snap = QUOTES.get(snapshot, CACHE.token())
+    return core.quote(snap, to_request(lease, now), int(now.timestamp()))
 
 
 def extension(lease: Lease, new_end: datetime) -> core.ExtensionResult:

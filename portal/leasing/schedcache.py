@@ -80,6 +80,15 @@ class SchedulerCache(Generic[T]):
     def forget(self) -> None:
         self._entry = None
 
+    def token(self) -> int | None:
+        """Changes whenever what is held does (validated now); None when nothing is kept
+        (SQLite, or not kept this time): then nothing derived from it should be."""
+        if connection.vendor != "postgresql":
+            return None
+        static = self.get()
+        entry = self._entry
+        return id(entry) if entry is not None and entry.static is static else None
+
     def get(self) -> T:
         """What is held, validated against the database (rebuilt when in doubt)."""
         if connection.vendor != "postgresql":

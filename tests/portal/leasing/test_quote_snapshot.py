@@ -10,11 +10,13 @@ import pytest
 from portal.leasing import allocation
 from portal.leasing.models import Lease
 
+pytestmark = [pytest.mark.services("postgres")]
+
 
 @pytest.fixture
-def order(pool: dict[str, Any], frozen_clock: datetime) -> Lease:
+def order(pool_tx: dict[str, Any], frozen_clock: datetime) -> Lease:
     allocation.forget_cache()
-    return Lease(tenant=pool["a"], gpu_count=8, start_at=frozen_clock,
+    return Lease(tenant=pool_tx["a"], gpu_count=8, start_at=frozen_clock,
                  end_at=frozen_clock + timedelta(hours=1), allowed_models=["H100"],
                  created=frozen_clock)
 
@@ -45,6 +47,16 @@ def test_placing_never_uses_the_quote_snapshot(order: Lease, frozen_clock: datet
     allocation.schedule([order], frozen_clock)
     assert seen and seen[0] is not held[2]
     assert allocation.QUOTES._held is None  # the pass dropped it: it is about to be wrong
+
+
+def test_a_pool_change_ends_the_sharing(order: Lease, frozen_clock: datetime) -> None:
+    from portal.inventory.models import Node
+
+    allocation.preview(order, frozen_clock)
+    builds = allocation.QUOTES.builds
+    Node.objects.update(state=Node.State.MAINTENANCE)
+    assert not allocation.preview(order, frozen_clock).placeable_now
+    assert allocation.QUOTES.builds == builds + 1
 
 
 def test_the_ttl_bounds_the_sharing(order: Lease, frozen_clock: datetime,
