@@ -65,6 +65,13 @@ bench-replay: $(STAMP)
 bench-cluster: $(STAMP)
 	$(PY) -m tests.bench.generate_cluster --nodes 2000
 
+# one scheduling pass: the core's schedule_pass (nodes 1k/5k/10k x queue 1/1,000/5,000),
+# then the portal's snapshot from PostgreSQL (cold, warm cache, quotes) on the same sizes
+.PHONY: bench-pass
+bench-pass: $(STAMP)
+	$(PY) -m scheduler.bench pass
+	DATABASE_URL=$(BENCH_DB) $(PY) -m tests.bench.pass_snapshot
+
 # 1,000 agents reporting every 10 s over HTTP: 100 reports/s (target ≤ 4 ms server CPU each)
 bench-ingest: $(STAMP)
 	DATABASE_URL=$(BENCH_DB) $(PY) -m tests.bench.ingest --nodes 1000 --interval 10 --seconds 120

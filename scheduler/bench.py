@@ -1,6 +1,7 @@
 """``python -m scheduler.bench``: decision cost at 1k/5k/10k generated HGX nodes
 (``python -m scheduler.bench fabric``: gang wait and leaf fragmentation per policy on
-generated fabrics, see ``scheduler.fabricbench``).
+generated fabrics, see ``scheduler.fabricbench``; ``python -m scheduler.bench pass``: whole
+pass time against nodes x queue length, see ``scheduler.passbench``).
 
 Each cluster is 8-GPU HGX nodes, 32 per leaf, 16 leaves per spine, pre-filled to about
 40% with on-demand and spot leases; a queue of ``--queue`` requests (fractional, 1/2/4/8
@@ -115,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from scheduler import fabricbench
 
         return fabricbench.main(args_in[1:])
+    if args_in[:1] == ["pass"]:
+        from scheduler import passbench
+
+        return passbench.main(args_in[1:])
     parser = argparse.ArgumentParser(prog="python -m scheduler.bench")
     parser.add_argument("--nodes", type=int, nargs="+", default=[1000, 5000, 10000])
     parser.add_argument("--queue", type=int, nargs="+", default=[5000])

@@ -1,25 +1,32 @@
 """The one adapter between the portal and the pure scheduling core (``scheduler``).
 
-Reads a consistent snapshot through the ORM, translates leases into the core's frozen
-dataclasses, calls it, and translates its decisions back. No writes happen here.
+Reads a snapshot through the ORM — nodes, topology and quotas from the worker's
+validated cache (``schedcache``), leases and fair-share usage fresh each time (``usage``:
+decayed running totals) — translates leases into the core's frozen dataclasses, calls
+it, and translates its decisions back. No writes happen here. Quotes share one snapshot
+for a moment (``quotesnap``); placing never uses it.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Count
 
 import scheduler as core
 from portal.core import clock
 from portal.fleet.selectors import unreachable_node_ids
 from portal.fleet.services.health import DEFAULT_UNREACHABLE_AFTER_S
 from portal.inventory.models import Gpu, HcaPort, Node, SwitchLink
-from portal.leasing import states
+from portal.leasing import schedcache, states, usage
 from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, Quota
+from portal.leasing.quotesnap import QuoteSnapshot
+from portal.tenants.models import Tenant
 
 PRIORITY = {"reserved": core.PriorityClass.RESERVED, "on_demand": core.PriorityClass.ON_DEMAND,
             "spot": core.PriorityClass.SPOT}
@@ -45,22 +52,93 @@ def from_epoch(value: int | None) -> datetime | None:
     return datetime.fromtimestamp(value, tz=UTC)
 
 
-def _nodes() -> tuple[core.Node, ...]:
+@dataclass(frozen=True)
+class Static:
+    """The slowly changing part of a snapshot, as recorded (no reachability overlay):
+    kept by the worker's scheduler cache (``CACHE``, ``schedcache``)."""
+
+    nodes: tuple[core.Node, ...]
+    position: Mapping[int, int]  # node pk -> index in ``nodes``
+    gpu_at: Mapping[int, tuple[str, int]]  # GPU pk -> (hostname, index)
+    tenant_slug: Mapping[int, str]
+    topology: core.Topology
+    quotas: Mapping[str, core.TenantQuota]
+
+
+def _static() -> Static:
+    """Read the whole static part from the database (the caller's transaction)."""
+    nodes, position, gpu_at = _recorded_nodes()
+    return Static(nodes=nodes, position=position, gpu_at=gpu_at,
+                  tenant_slug=dict(Tenant.objects.values_list("pk", "slug")),
+                  topology=_read_topology(), quotas=_read_quotas())
+
+
+CACHE: schedcache.SchedulerCache[Static] = schedcache.SchedulerCache(_static)
+QUOTES: QuoteSnapshot[core.Snapshot] = QuoteSnapshot()
+
+
+def _recorded_nodes() -> tuple[tuple[core.Node, ...], dict[int, int],
+                               dict[int, tuple[str, int]]]:
+    rows = list(Node.objects.order_by("hostname").values_list(
+        "pk", "hostname", "cpu_milli", "memory_mib", "state", "shared_tenancy"))
+    hostname = {pk: name for pk, name, *_ in rows}
     gpus: dict[int, list[core.Gpu]] = defaultdict(list)
-    for g in Gpu.objects.order_by("node_id", "index").values_list(
-            "node_id", "index", "model", "memory_mib", "nvlink_domain", "health"):
-        node_id, index, model, memory, domain, health = g
+    gpu_at: dict[int, tuple[str, int]] = {}
+    for pk, node_id, index, model, memory, domain, health in Gpu.objects.order_by(
+            "node_id", "index").values_list("pk", "node_id", "index", "model", "memory_mib",
+                                            "nvlink_domain", "health"):
         gpus[node_id].append(core.Gpu(index=index, model=model, memory_mib=memory,
                                       nvlink_domain=domain if domain is not None else 100 + index,
                                       healthy=health == Gpu.Health.HEALTHY))
-    silent = _unreachable()
-    return tuple(
-        core.Node(name=hostname, cpu_milli=cpu, memory_mib=mem, gpus=tuple(gpus[pk]),
-                  state=core.NodeState.CORDONED if pk in silent and state == Node.State.READY
-                  else NODE_STATE[state], shared_tenancy=shared)
-        for pk, hostname, cpu, mem, state, shared in Node.objects.order_by(
-            "hostname").values_list(
-            "pk", "hostname", "cpu_milli", "memory_mib", "state", "shared_tenancy"))
+        if node_id in hostname:
+            gpu_at[pk] = (hostname[node_id], index)
+    nodes = tuple(core.Node(name=name, cpu_milli=cpu, memory_mib=mem, gpus=tuple(gpus[pk]),
+                            state=NODE_STATE[state], shared_tenancy=shared)
+                  for pk, name, cpu, mem, state, shared in rows)
+    return nodes, {row[0]: i for i, row in enumerate(rows)}, gpu_at
+
+
+def _read_topology() -> core.Topology:
+    """The switch graph: every switch-to-switch cable (all uplinks, any depth) and, per
+    node, the leaves its HCA ports are cabled to (one per rail); a node without recorded
+    HCA ports falls back to its ``leaf``."""
+    parent = {hostname: f"sw:{leaf_guid}" for hostname, leaf_guid in Node.objects.filter(
+        leaf__isnull=False).values_list("hostname", "leaf__guid")}
+    links = tuple(sorted((f"sw:{a}", f"sw:{b}") for a, b in SwitchLink.objects.values_list(
+        "a__guid", "b__guid")))
+    attach: dict[str, set[str]] = defaultdict(set)
+    for hostname, switch_guid in HcaPort.objects.filter(
+            node__isnull=False, switch__isnull=False).values_list(
+            "node__hostname", "switch__guid"):
+        attach[hostname].add(f"sw:{switch_guid}")
+    return core.Topology(parent=parent, links=links,
+                         attach={h: tuple(sorted(s)) for h, s in sorted(attach.items())})
+
+
+def _read_quotas() -> dict[str, core.TenantQuota]:
+    rows: dict[str, list[Quota]] = defaultdict(list)
+    for quota in Quota.objects.select_related("tenant"):
+        rows[quota.tenant.slug].append(quota)
+    out: dict[str, core.TenantQuota] = {}
+    for slug, quotas in rows.items():
+        guaranteed = {q.gpu_model: q.guaranteed_gpus for q in quotas if q.gpu_model}
+        borrowing = all(q.allow_borrowing for q in quotas)
+        headroom = sum(max(q.max_gpus - q.guaranteed_gpus, 0) for q in quotas)
+        out[slug] = core.TenantQuota(tenant=slug, guaranteed=guaranteed,
+                                     borrow_limit=headroom if borrowing else 0)
+    return out
+
+
+def _nodes(static: Static | None = None) -> tuple[core.Node, ...]:
+    """The cached nodes with the reachability verdict of now: a READY node that is not
+    reachable is offered as cordoned."""
+    static = static or CACHE.get()
+    nodes = list(static.nodes)
+    for pk in _unreachable():
+        i = static.position.get(pk)
+        if i is not None and nodes[i].state == core.NodeState.READY:
+            nodes[i] = replace(nodes[i], state=core.NodeState.CORDONED)
+    return tuple(nodes)
 
 
 def _unreachable() -> set[int]:
@@ -78,80 +156,82 @@ def _unreachable() -> set[int]:
 
 
 def _topology() -> core.Topology:
-    """The switch graph: every switch-to-switch cable (all uplinks, any depth) and, per
-    node, the leaves its HCA ports are cabled to (one per rail); a node without recorded
-    HCA ports falls back to its ``leaf``."""
-    parent = {hostname: f"sw:{leaf_guid}" for hostname, leaf_guid in Node.objects.filter(
-        leaf__isnull=False).values_list("hostname", "leaf__guid")}
-    links = tuple(sorted((f"sw:{a}", f"sw:{b}") for a, b in SwitchLink.objects.values_list(
-        "a__guid", "b__guid")))
-    attach: dict[str, set[str]] = defaultdict(set)
-    for hostname, switch_guid in HcaPort.objects.filter(
-            node__isnull=False, switch__isnull=False).values_list(
-            "node__hostname", "switch__guid"):
-        attach[hostname].add(f"sw:{switch_guid}")
-    return core.Topology(parent=parent, links=links,
-                         attach={h: tuple(sorted(s)) for h, s in sorted(attach.items())})
+    """The switch graph (``schedcache``: cached, validated)."""
+    return CACHE.get().topology
 
 
-def _leases(exclude: Iterable[str] = ()) -> tuple[core.Lease, ...]:
+def _leases(exclude: Iterable[str] = (), static: Static | None = None,
+            ) -> tuple[core.Lease, ...]:
+    """Every lease holding live allocations, read each pass: one row per (lease, GPU)
+    (the slots counted by the database) and one per lease; hostnames, GPU indexes and
+    tenant slugs come from the cache."""
+    static = static or CACHE.get()
     skip = set(exclude)
-    parts: dict[Any, dict[tuple[str, int], int]] = defaultdict(lambda: defaultdict(int))
-    for lease_id, hostname, index in Allocation.objects.filter(live=True).values_list(
-            "lease_id", "node__hostname", "gpu__index"):
-        parts[lease_id][(hostname, index)] += MILLI_PER_SLOT
+    parts: dict[Any, dict[tuple[str, int], int]] = defaultdict(dict)
+    gpu_at = _gpu_places(static)
+    for lease_id, gpu_id, slots in Allocation.objects.filter(live=True).values_list(
+            "lease_id", "gpu_id").annotate(slots=Count("id")).order_by():
+        parts[lease_id][gpu_at(gpu_id)] = slots * MILLI_PER_SLOT
     out: list[core.Lease] = []
     # A lease past its end still holds its GPUs until its teardown finished (expiry runs
     # on a beat): never hand them to someone else before that.
     on_hardware = int(clock.now().timestamp()) + 1
-    for lease in Lease.objects.filter(pk__in=list(parts)).only(
-            "id", "tenant__slug", "priority", "start_at", "end_at", "borrowed", "gpu_model",
-            "state").select_related("tenant"):
-        if str(lease.id) in skip:
+    slug = _tenant_slugs(static)
+    for pk, tenant_id, priority, start_at, end_at, borrowed, model, state in (
+            Lease.objects.filter(pk__in=Allocation.objects.filter(live=True).values(
+                "lease_id")).order_by("-created").values_list(
+                "id", "tenant_id", "priority", "start_at", "end_at", "borrowed",
+                "gpu_model", "state")):
+        if str(pk) in skip:
             continue
         by_node: dict[str, list[tuple[int, int]]] = defaultdict(list)
-        for (hostname, index), milli in sorted(parts[lease.pk].items()):
+        for (hostname, index), milli in sorted(parts[pk].items()):
             by_node[hostname].append((index, milli))
         out.append(core.Lease(
-            id=str(lease.id), tenant=lease.tenant.slug, priority=PRIORITY[lease.priority],
+            id=str(pk), tenant=slug(tenant_id), priority=PRIORITY[priority],
             parts=tuple(core.NodeAllocation(node=h, gpus=tuple(g)) for h, g in by_node.items()),
-            start=int(lease.start_at.timestamp()),
-            end=max(int(lease.end_at.timestamp()),
-                    on_hardware if lease.state in LINGERING else 0),
-            borrowed=lease.borrowed, model=lease.gpu_model))
+            start=int(start_at.timestamp()),
+            end=max(int(end_at.timestamp()), on_hardware if state in LINGERING else 0),
+            borrowed=borrowed, model=model))
     return tuple(out)
 
 
-def _quotas() -> dict[str, core.TenantQuota]:
-    rows: dict[str, list[Quota]] = defaultdict(list)
-    for quota in Quota.objects.select_related("tenant"):
-        rows[quota.tenant.slug].append(quota)
-    out: dict[str, core.TenantQuota] = {}
-    for slug, quotas in rows.items():
-        guaranteed = {q.gpu_model: q.guaranteed_gpus for q in quotas if q.gpu_model}
-        borrowing = all(q.allow_borrowing for q in quotas)
-        headroom = sum(max(q.max_gpus - q.guaranteed_gpus, 0) for q in quotas)
-        out[slug] = core.TenantQuota(tenant=slug, guaranteed=guaranteed,
-                                     borrow_limit=headroom if borrowing else 0)
-    return out
+def _gpu_places(static: Static) -> Callable[[int], tuple[str, int]]:
+    """GPU pk -> (hostname, index), from the cache; one the cache lacks (added since it
+    was validated) is read."""
+    def place(gpu_id: int) -> tuple[str, int]:
+        hit = static.gpu_at.get(gpu_id)
+        if hit is None:
+            hostname, index = Gpu.objects.values_list("node__hostname", "index").get(pk=gpu_id)
+            hit = (hostname, index)
+        return hit
+    return place
+
+
+def _tenant_slugs(static: Static) -> Callable[[int], str]:
+    def slug(tenant_id: int) -> str:
+        hit = static.tenant_slug.get(tenant_id)
+        if hit is None:
+            hit = Tenant.objects.values_list("slug", flat=True).get(pk=tenant_id)
+        return hit
+    return slug
+
+
+def _quotas() -> Mapping[str, core.TenantQuota]:
+    """The tenants' quotas (cached, validated)."""
+    return CACHE.get().quotas
 
 
 def _usage(now: datetime) -> tuple[core.UsageRecord, ...]:
-    records = []
-    for lease in Lease.objects.filter(active_at__isnull=False).select_related("tenant").only(
-            "tenant__slug", "active_at", "ended_at", "gpu_count", "nodes", "gpu_milli"):
-        end = min(lease.ended_at or now, now)
-        seconds = max((end - lease.active_at).total_seconds(), 0) if lease.active_at else 0
-        if seconds:
-            records.append(core.UsageRecord(tenant=lease.tenant.slug,
-                                            gpu_seconds=seconds * lease.total_gpus,
-                                            at=int(end.timestamp())))
-    return tuple(records)
+    """Fair-share usage: the decayed running totals (``usage``), one query."""
+    return tuple(core.UsageRecord(tenant=t, gpu_seconds=s, at=at)
+                 for t, s, at in usage.records(now))
 
 
 def hardware() -> core.Snapshot:
     """Nodes and topology only (no leases): what ``never_fits`` compares an order with."""
-    return core.Snapshot(nodes=_nodes(), topology=_topology())
+    static = CACHE.get()
+    return core.Snapshot(nodes=_nodes(static), topology=static.topology)
 
 
 def never_fits(lease: Lease, now: datetime) -> core.NeverFits | None:
@@ -160,10 +240,19 @@ def never_fits(lease: Lease, now: datetime) -> core.NeverFits | None:
 
 
 def snapshot(*, exclude_leases: Iterable[str] = ()) -> core.Snapshot:
-    """Everything the core needs, read in the caller's transaction."""
+    """Everything the core needs: the cached static part, validated, and the leases and
+    usage of now, read in the caller's transaction."""
     now = clock.now()
-    return core.Snapshot(nodes=_nodes(), topology=_topology(), leases=_leases(exclude_leases),
-                         quotas=_quotas(), usage=_usage(now))
+    static = CACHE.get()
+    return core.Snapshot(nodes=_nodes(static), topology=static.topology,
+                         leases=_leases(exclude_leases, static), quotas=_quotas(),
+                         usage=_usage(now))
+
+
+def forget_cache() -> None:
+    """Drop what is cached (the next pass reads everything again)."""
+    CACHE.forget()
+    QUOTES.forget()
 
 
 def to_request(lease: Lease, now: datetime) -> core.Request:
@@ -182,13 +271,17 @@ def to_request(lease: Lease, now: datetime) -> core.Request:
 
 
 def schedule(queue: list[Lease], now: datetime, policy: str | None = None) -> core.PassResult:
+    """Decide ``queue`` on a fresh snapshot (the cache validated, never the quotes')."""
+    QUOTES.forget()  # this pass is about to change what the quotes were shown
     snap = snapshot()
     return core.schedule_pass(snap, [to_request(lease, now) for lease in queue],
                               int(now.timestamp()), policy)
 
 
 def preview(lease: Lease, now: datetime) -> core.Quote:
-    return core.quote(snapshot(), to_request(lease, now), int(now.timestamp()))
+    """A quote on the shared quote snapshot (at most ``quotesnap`` TTL old)."""
+    snap = QUOTES.get(snapshot, CACHE.token())
+    return core.quote(snap, to_request(lease, now), int(now.timestamp()))
 
 
 def extension(lease: Lease, new_end: datetime) -> core.ExtensionResult:
