@@ -7,10 +7,11 @@ event row; the lifecycle after that (placing, provisioning, expiry) lives in
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import transaction
 from django.utils.translation import gettext as _
@@ -20,7 +21,7 @@ from portal.core.errors import ApplicationError, PermissionDenied
 from portal.core.services import audit_record
 from portal.inventory.catalog import CATALOG
 from portal.inventory.models import Gpu
-from portal.leasing import access_push, allocation, limits, states
+from portal.leasing import access_push, allocation, limits, notify, states
 from portal.leasing.feasibility import check_order_fits
 from portal.leasing.lifecycle import dispatch, expiry, releasing
 from portal.leasing.lifecycle.expiry import ExtensionRefused
@@ -281,19 +282,60 @@ def order_create(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
     Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).first()
     now = clock.now()
     window, models = validate_order(actor=actor, tenant=tenant, spec=spec, now=now)
-    lease = Lease.objects.create(
+    lease = _requested(actor, tenant, spec, window, models)
+    states.transition(lease, S.QUEUED, actor=actor.get_username(), reason="order accepted",
+                      data={"spec": _jsonable(spec), "idempotency_key": idempotency_key})
+    audit_record(actor=actor, action="order.create", obj=lease,
+                 changes={"gpus": str(lease.total_gpus), "models": models})
+    dispatch.schedule_pass_on_commit()
+    return lease
+
+
+def _requested(actor: AnyUser, tenant: Tenant, spec: OrderSpec, window: Window,
+               models: list[str]) -> Lease:
+    """The order's row, REQUESTED: it leaves that state in the same transaction."""
+    return Lease.objects.create(
         tenant=tenant, created_by=actor if actor.is_authenticated else None,
         name=spec.name[:100], tags=spec.tags, allowed_models=models,
         gpu_count=spec.gpu_count, gpu_milli=spec.gpu_milli, nodes=spec.nodes,
         locality=spec.locality, locality_required=spec.locality_required,
         priority=spec.priority, start_at=window.start, end_at=window.end,
         state=S.REQUESTED)
-    who = actor.get_username()
-    states.transition(lease, S.QUEUED, actor=who, reason="order accepted",
-                      data={"spec": _jsonable(spec), "idempotency_key": idempotency_key})
-    audit_record(actor=actor, action="order.create", obj=lease,
-                 changes={"gpus": str(lease.total_gpus), "models": models})
-    dispatch.schedule_pass_on_commit()
+
+
+T = TypeVar("T")
+
+
+def order_submit(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
+                 create: Callable[[], T]) -> T:
+    """What the order interfaces call: ``create`` (``order_create``, maybe under an
+    Idempotency-Key); an order it refuses by policy (quota, budget, pending orders, spot,
+    a member's limit: :class:`OrderRejected`) is recorded as a REJECTED lease with the
+    reason once the refused transaction has rolled back (ADR 0132), then the refusal is
+    raised as before (4xx naming the field). Bad input records nothing."""
+    try:
+        return create()
+    except OrderRejected as refusal:
+        order_reject(actor=actor, tenant=tenant, spec=spec, refusal=refusal)
+        raise
+
+
+@transaction.atomic
+def order_reject(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
+                 refusal: ApplicationError) -> Lease | None:
+    """Record a refused order: REQUESTED → REJECTED, its reason in ``state_reason``."""
+    try:
+        window = _window(spec, clock.now())
+        models = _models_available(spec)
+    except ApplicationError:  # (the refusal came after these passed; time moved on)
+        return None
+    lease = _requested(actor, tenant, spec, window, models)
+    states.transition(lease, S.REJECTED, actor=actor.get_username(), reason=refusal.message,
+                      data={"spec": _jsonable(spec), "error": refusal.code,
+                            "fields": refusal.fields})
+    audit_record(actor=actor, action="order.reject", obj=lease,
+                 changes={"reason": refusal.message})
+    notify.lease_changed(lease)
     return lease
 
 
