@@ -7,13 +7,14 @@ event row; the lifecycle after that (placing, provisioning, expiry) lives in
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils.translation import gettext as _
 
 from portal.core import clock
@@ -47,6 +48,7 @@ from portal.leasing.quotas import (
 from portal.tenants.access import AnyUser, require_role
 from portal.tenants.models import Membership, Role, Tenant
 
+log = logging.getLogger(__name__)
 START_GRACE = timedelta(minutes=5)  # "now" sent by a client a little late is still now
 
 
@@ -316,7 +318,10 @@ def order_submit(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
     try:
         return create()
     except OrderRejected as refusal:
-        order_reject(actor=actor, tenant=tenant, spec=spec, refusal=refusal)
+        try:
+            order_reject(actor=actor, tenant=tenant, spec=spec, refusal=refusal)
+        except DatabaseError:  # the answer is the refusal; its record is best effort
+            log.exception("could not record the rejected order")
         raise
 
 
