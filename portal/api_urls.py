@@ -4,10 +4,10 @@ from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
 from portal.billing.api import views as billing
-from portal.core.api.views import AuditLogViewSet
 from portal.inventory.api import views as inventory
 from portal.leasing.api import views as leasing
 from portal.tenants.api import views as tenants
+from portal.tenants.api.audit import AuditLogViewSet
 
 router = SimpleRouter()
 router.trailing_slash = "/?"  # accept both /leases and /leases/ (DRF's flag is a bool)

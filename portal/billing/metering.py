@@ -23,11 +23,11 @@ from django.db.models.functions import Least
 from portal.billing import telemetry
 from portal.billing.models import CreditLine, Invoice, UsageRecord
 from portal.billing.pricing import PriceBook, hours, line_cost
+from portal.leasing import states
 from portal.leasing.models import LOCK, Lease, LeaseState
 from portal.tenants.models import Tenant
 
-TERMINAL = {LeaseState.ENDED, LeaseState.EXPIRED, LeaseState.PREEMPTED, LeaseState.FAILED,
-            LeaseState.CANCELLED, LeaseState.REJECTED}
+TERMINAL = sorted(states.TERMINAL)
 FIELDS = ("period_end", "used_from", "used_to", "seconds", "gpus", "gpu_model", "priority",
           "currency", "list_unit_price", "unit_price", "list_cost", "cost", "closed",
           "gpu_util_avg")

@@ -88,11 +88,9 @@ def lease_money(lease: Any) -> dict[str, Any] | None:
     ``None`` for a lease that never ran and never will (cancelled, rejected). 3–4 queries."""
     from portal.billing.models import CreditLine, UsageRecord
     from portal.billing.pricing import PriceBook, estimate
-    from portal.leasing.models import LeaseState
+    from portal.leasing.states import TERMINAL
 
-    ended = lease.ended_at is not None or lease.state in (
-        LeaseState.ENDED, LeaseState.EXPIRED, LeaseState.PREEMPTED, LeaseState.FAILED,
-        LeaseState.CANCELLED, LeaseState.REJECTED)
+    ended = lease.ended_at is not None or lease.state in TERMINAL
     if ended and lease.active_at is None:
         return None
     model = lease.gpu_model or next(iter(lease.allowed_models or []), "")

@@ -14,12 +14,13 @@ from portal.console import fabricmap
 from portal.core import clock
 from portal.core.models import AuditLog
 from portal.inventory.models import Gpu, Node, Switch, SwitchLink
-from portal.leasing.models import SLOTS_PER_GPU, Allocation, Lease, LeaseState, Quota
+from portal.leasing import states
+from portal.leasing.models import SLOTS_PER_GPU, Allocation, Lease, Quota
 from portal.leasing.quotas import gpu_hours_used, month_bounds, quota_hours_used
 from portal.tenants.models import Tenant
 
-LIVE = [LeaseState.SCHEDULED, LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.RELEASING]
-WAITING = [LeaseState.REQUESTED, LeaseState.QUEUED]
+LIVE = sorted(states.HOLDING)
+WAITING = sorted(states.WAITING)
 COLOURS = {"ready": "#2e7d32", "draining": "#f9a825", "drained": "#8d6e63",
            "down": "#c62828", "maintenance": "#6a1b9a"}
 

@@ -1,7 +1,7 @@
 """Access follows people: the one entry point that re-derives and pushes the desired state
 of the nodes that carry a tenant's running leases when *who may log in* changes.
 
-Lease transitions push their own nodes (``orchestration``). Everything else that changes
+Lease transitions push their own nodes (``lifecycle.pushing``). Everything else that changes
 the SSH keys a lease account must hold — a member removed, a role changed, an SSH key
 added or deleted, a user deactivated, a tenant suspended or resumed — calls
 ``tenants.hooks.access_changed_on_commit`` from inside its service transaction
@@ -28,6 +28,7 @@ from django.db import DatabaseError, transaction
 from portal.core.errors import ApplicationError
 from portal.inventory.models import Node
 from portal.leasing import desired
+from portal.leasing.lifecycle import dispatch
 from portal.leasing.models import Allocation, Lease
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,7 @@ def push_nodes(nodes: Iterable[Node]) -> list[Any]:
             continue
         pushed.append(node.pk)
     if pushed and settings.GPUPOOL_SIMULATED_AGENTS:
-        from portal.leasing import tasks
-
-        node_ids = [str(pk) for pk in pushed]
-        transaction.on_commit(lambda: tasks.simulate_agents_on_commit(node_ids))
+        dispatch.simulated_agents_on_commit([str(pk) for pk in pushed])
     return pushed
 
 

@@ -10,11 +10,12 @@ class LeasingConfig(AppConfig):
         # Convergence is an event (house rule 12): a node's report moves its leases at once.
         from portal.fleet import hooks
         from portal.inventory.hooks import storage_changed
-        from portal.leasing import access_push, orchestration
+        from portal.leasing import access_push
+        from portal.leasing.lifecycle import reconcile, releasing
         from portal.tenants.hooks import access_changed
 
-        hooks.on_node_converged(orchestration.node_converged)
-        hooks.on_gpus_quarantined(orchestration.gpus_quarantined)  # unclean GPU: move on
+        hooks.on_node_converged(reconcile.node_converged)
+        hooks.on_gpus_quarantined(releasing.gpus_quarantined)  # unclean GPU: move on
         # Access follows people (ADR 0102): who may log in changed -> push their nodes.
         access_changed.connect(access_push.push_tenants)
         storage_changed.connect(access_push.push_fabric)

@@ -2,7 +2,7 @@
 previous holder is off the hardware.
 
 A lease keeps its allocation rows ``live`` until its teardown is *observed* converged on
-the node (``orchestration.finish_release``) or its GPUs are quarantined. So "someone else
+the node (``lifecycle.releasing.finish_release``) or its GPUs are quarantined. So "someone else
 is still on this slot" is a plain database fact: another lease in a state that may be on
 the hardware holds a live allocation of the same GPU slot that started earlier. Such an
 allocation is *fenced*: the node's desired state does not grant it (``desired._grants``),

@@ -62,6 +62,7 @@ class LeaseState(models.TextChoices):
     SCHEDULED = "scheduled", "Scheduled"
     PROVISIONING = "provisioning", "Provisioning"
     ACTIVE = "active", "Active"
+    NOTICE = "notice", "Preemption notice"
     RELEASING = "releasing", "Releasing"
     ENDED = "ended", "Ended"
     REJECTED = "rejected", "Rejected"

@@ -14,14 +14,12 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import translation
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
-from portal.leasing.models import Lease, LeaseState
+from portal.leasing import states
+from portal.leasing.models import Lease
 from portal.tenants.models import Membership, Role
 
 log = logging.getLogger(__name__)
-EMAIL_STATES = {LeaseState.ACTIVE, LeaseState.ENDED, LeaseState.EXPIRED, LeaseState.FAILED,
-                LeaseState.PREEMPTED}
 
 
 def tenant_group(tenant_id: Any) -> str:
@@ -80,11 +78,9 @@ def _mail(lease: Lease, compose: Compose) -> None:
             log.exception("could not send lease mail")
 
 
-# The states that are mailed, as words in a sentence ("… is now active").
-STATE_WORDS = {LeaseState.ACTIVE: gettext_lazy("active"), LeaseState.ENDED: gettext_lazy("ended"),
-               LeaseState.EXPIRED: gettext_lazy("expired"),
-               LeaseState.FAILED: gettext_lazy("failed"),
-               LeaseState.PREEMPTED: gettext_lazy("preempted")}
+# The states that are mailed, as words in a sentence (``states.WORDS``: "… is now active").
+EMAIL_STATES = states.MAILED
+STATE_WORDS = states.WORDS
 
 
 def lease_changed(lease: Lease) -> None:

@@ -9,14 +9,14 @@ from decimal import Decimal
 
 from django.db.models import F, Q, Sum
 
-from portal.leasing.models import Allocation, Lease, LeaseState, Quota
+from portal.leasing import states
+from portal.leasing.models import Allocation, Lease, Quota
 from portal.tenants.models import Tenant
 
-COMMITTED = (LeaseState.QUEUED, LeaseState.SCHEDULED, LeaseState.PROVISIONING,
-             LeaseState.ACTIVE, LeaseState.RELEASING)
-PENDING = (LeaseState.REQUESTED, LeaseState.QUEUED, LeaseState.SCHEDULED)
+COMMITTED = tuple(sorted(states.COMMITTED))
+PENDING = tuple(sorted(states.PENDING))
 # What counts against a member's personal limit: every lease not yet in a terminal state.
-MEMBER_COUNTED = (LeaseState.REQUESTED, *COMMITTED)
+MEMBER_COUNTED = tuple(sorted(states.LIVE))
 
 
 def quota_for(tenant: Tenant, model: str) -> Quota | None:

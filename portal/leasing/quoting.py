@@ -10,7 +10,6 @@ from typing import Any
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from portal.billing.pricing import estimate, unit_price
 from portal.core import clock
 from portal.core.errors import ApplicationError
 from portal.leasing import allocation
@@ -94,6 +93,24 @@ def _alternatives(tenant: Tenant, spec: OrderSpec, window: Window, now: datetime
     return out
 
 
+# The quote's price is billing's (``portal.billing.pricing``: ``estimate`` and
+# ``unit_price``). Billing connects it at start-up (``BillingConfig.ready``), so leasing never
+# imports billing, which reads leasing's models (the cycle ADR 0009 listed as debt).
+_PRICING: list[Any] = []
+
+
+def price_with(pricing: Any) -> None:
+    """Connect the price book quotes use (a module or object with ``estimate`` and
+    ``unit_price``, keyword arguments as in ``portal.billing.pricing``)."""
+    _PRICING[:] = [pricing]
+
+
+def _pricing() -> Any:
+    if not _PRICING:
+        raise RuntimeError("no pricing connected to quotes (is portal.billing installed?)")
+    return _PRICING[0]
+
+
 def order_quote(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec) -> QuoteResult:
     require_role(actor, tenant, Role.VIEWER)
     now = clock.now()
@@ -106,9 +123,10 @@ def order_quote(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec) -> QuoteResu
         fits_quota, fits_budget, messages = _fits(actor, tenant, spec, window, models)
         model = result.placement.model if result.placement else models[0]
         gpus = Decimal(spec.gpu_count * spec.nodes * spec.gpu_milli) / 1000
-        price, currency = estimate(tenant=tenant, gpu_model=model, priority=spec.priority,
+        pricing = _pricing()
+        price, currency = pricing.estimate(tenant=tenant, gpu_model=model, priority=spec.priority,
                                    gpus=gpus, start=window.start, end=window.end)
-        rate = unit_price(tenant=tenant, gpu_model=model, priority=spec.priority,
+        rate = pricing.unit_price(tenant=tenant, gpu_model=model, priority=spec.priority,
                           at=window.start)
         earliest = allocation.from_epoch(result.earliest_start)
         alternatives = [] if result.placeable_now else _alternatives(tenant, spec, window,

@@ -139,7 +139,7 @@ def quota_usage(*, tenant: Tenant) -> list[dict[str, Any]]:
     return out
 
 
-QUEUE_LIMIT = 500  # as many as a scheduling pass considers (orchestration.PASS_LIMIT)
+QUEUE_LIMIT = 500  # as many as a scheduling pass considers (lifecycle.placing.PASS_LIMIT)
 
 
 def queue_positions() -> dict[str, int]:

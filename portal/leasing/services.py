@@ -1,17 +1,20 @@
 """Orders and lease actions a tenant takes: create, quote, cancel, extend, release.
 
 Every write validates first (field-named errors), then writes in one transaction with an
-event row; orchestration (placing, provisioning, expiry) lives in orchestration.py.
+event row; the lifecycle after that (placing, provisioning, expiry) lives in
+``portal.leasing.lifecycle`` (services → lifecycle, one way).
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils.translation import gettext as _
 
 from portal.core import clock
@@ -19,10 +22,20 @@ from portal.core.errors import ApplicationError, PermissionDenied
 from portal.core.services import audit_record
 from portal.inventory.catalog import CATALOG
 from portal.inventory.models import Gpu
-from portal.leasing import access_push, limits, states
+from portal.leasing import access_push, allocation, limits, notify, states
 from portal.leasing.feasibility import check_order_fits
+from portal.leasing.lifecycle import dispatch, expiry, releasing
+from portal.leasing.lifecycle.expiry import ExtensionRefused
 from portal.leasing.limits import MAX_GPUS_PER_NODE, MAX_NODES
-from portal.leasing.models import LOCK, MILLI_PER_SLOT, Lease, Locality, Priority, Quota
+from portal.leasing.models import (
+    LOCK,
+    MILLI_PER_SLOT,
+    Allocation,
+    Lease,
+    Locality,
+    Priority,
+    Quota,
+)
 from portal.leasing.models import LeaseState as S
 from portal.leasing.quotas import (
     gpu_hours_used,
@@ -35,6 +48,7 @@ from portal.leasing.quotas import (
 from portal.tenants.access import AnyUser, require_role
 from portal.tenants.models import Membership, Role, Tenant
 
+log = logging.getLogger(__name__)
 START_GRACE = timedelta(minutes=5)  # "now" sent by a client a little late is still now
 
 
@@ -270,21 +284,63 @@ def order_create(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
     Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).first()
     now = clock.now()
     window, models = validate_order(actor=actor, tenant=tenant, spec=spec, now=now)
-    lease = Lease.objects.create(
+    lease = _requested(actor, tenant, spec, window, models)
+    states.transition(lease, S.QUEUED, actor=actor.get_username(), reason="order accepted",
+                      data={"spec": _jsonable(spec), "idempotency_key": idempotency_key})
+    audit_record(actor=actor, action="order.create", obj=lease,
+                 changes={"gpus": str(lease.total_gpus), "models": models})
+    dispatch.schedule_pass_on_commit()
+    return lease
+
+
+def _requested(actor: AnyUser, tenant: Tenant, spec: OrderSpec, window: Window,
+               models: list[str]) -> Lease:
+    """The order's row, REQUESTED: it leaves that state in the same transaction."""
+    return Lease.objects.create(
         tenant=tenant, created_by=actor if actor.is_authenticated else None,
         name=spec.name[:100], tags=spec.tags, allowed_models=models,
         gpu_count=spec.gpu_count, gpu_milli=spec.gpu_milli, nodes=spec.nodes,
         locality=spec.locality, locality_required=spec.locality_required,
         priority=spec.priority, start_at=window.start, end_at=window.end,
         state=S.REQUESTED)
-    who = actor.get_username()
-    states.transition(lease, S.QUEUED, actor=who, reason="order accepted",
-                      data={"spec": _jsonable(spec), "idempotency_key": idempotency_key})
-    audit_record(actor=actor, action="order.create", obj=lease,
-                 changes={"gpus": str(lease.total_gpus), "models": models})
-    from portal.leasing import orchestration
 
-    orchestration.after_commit_schedule()
+
+T = TypeVar("T")
+
+
+def order_submit(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
+                 create: Callable[[], T]) -> T:
+    """What the order interfaces call: ``create`` (``order_create``, maybe under an
+    Idempotency-Key); an order it refuses by policy (quota, budget, pending orders, spot,
+    a member's limit: :class:`OrderRejected`) is recorded as a REJECTED lease with the
+    reason once the refused transaction has rolled back (ADR 0132), then the refusal is
+    raised as before (4xx naming the field). Bad input records nothing."""
+    try:
+        return create()
+    except OrderRejected as refusal:
+        try:
+            order_reject(actor=actor, tenant=tenant, spec=spec, refusal=refusal)
+        except DatabaseError:  # the answer is the refusal; its record is best effort
+            log.exception("could not record the rejected order")
+        raise
+
+
+@transaction.atomic
+def order_reject(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
+                 refusal: ApplicationError) -> Lease | None:
+    """Record a refused order: REQUESTED → REJECTED, its reason in ``state_reason``."""
+    try:
+        window = _window(spec, clock.now())
+        models = _models_available(spec)
+    except ApplicationError:  # (the refusal came after these passed; time moved on)
+        return None
+    lease = _requested(actor, tenant, spec, window, models)
+    states.transition(lease, S.REJECTED, actor=actor.get_username(), reason=refusal.message,
+                      data={"spec": _jsonable(spec), "error": refusal.code,
+                            "fields": refusal.fields})
+    audit_record(actor=actor, action="order.reject", obj=lease,
+                 changes={"reason": refusal.message})
+    notify.lease_changed(lease)
     return lease
 
 
@@ -304,9 +360,7 @@ def lease_cancel(*, actor: AnyUser, lease: Lease, reason: str = "") -> Lease:
     if lease.state not in states.CANCELLABLE:
         raise _err("state", _("A %(state)s lease cannot be cancelled; release it instead.")
                    % {"state": states.label(lease.state).lower()}, states.IllegalTransition)
-    from portal.leasing import orchestration
-
-    orchestration.cancel(lease, actor=actor.get_username(), reason=reason or "cancelled")
+    releasing.cancel(lease, actor=actor.get_username(), reason=reason or "cancelled")
     audit_record(actor=actor, action="lease.cancel", obj=lease, changes={"reason": reason})
     return lease
 
@@ -315,26 +369,13 @@ def lease_cancel(*, actor: AnyUser, lease: Lease, reason: str = "") -> Lease:
 def lease_release(*, actor: AnyUser, lease: Lease, reason: str = "") -> Lease:
     require_role(actor, lease.tenant, Role.MEMBER)
     lease = _locked(lease)
-    if lease.state != S.ACTIVE:
+    if lease.state not in states.RELEASABLE:
         raise _err("state", _("Only an active lease can be released; cancel a waiting one."),
                    states.IllegalTransition)
-    from portal.leasing import orchestration
-
-    orchestration.begin_release(lease, kind=S.ENDED, actor=actor.get_username(),
-                                reason=reason or "released early")
+    releasing.begin_release(lease, kind=S.ENDED, actor=actor.get_username(),
+                            reason=reason or "released early")
     audit_record(actor=actor, action="lease.release", obj=lease, changes={"reason": reason})
     return lease
-
-
-class ExtensionRefused(ApplicationError):
-    code = "extension_refused"
-
-    def __init__(self, message: str, longest_end: datetime | None) -> None:
-        if longest_end is not None:
-            message = _("%(reason)s The longest possible end is %(end)s UTC.") % {
-                "reason": message, "end": f"{longest_end:%Y-%m-%d %H:%M}"}
-        super().__init__(message, fields={"end_at": [message]})
-        self.longest_end = longest_end
 
 
 @transaction.atomic
@@ -342,22 +383,20 @@ def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
     """Move the end later if quota, budget and the calendar allow; else say how far."""
     require_role(actor, lease.tenant, Role.MEMBER)
     lease = _locked(lease)
+    if lease.state == S.NOTICE:
+        raise ExtensionRefused(_("This spot lease is being preempted: its GPUs are needed by "
+                                 "an on-demand order."), lease.end_at)
     if lease.state not in states.EXTENDABLE:
         raise _err("state", _("This lease can no longer be extended."),
                    states.IllegalTransition)
-    if lease.state == S.ACTIVE and lease.release_kind == S.PREEMPTED:
-        raise ExtensionRefused(_("This spot lease is being preempted: its GPUs are needed by "
-                                 "an on-demand order."), lease.end_at)
     if end_at <= lease.end_at:
         raise _err("end_at", _("The new end must be later than the current end."))
     limits.check_end(lease.start_at, end_at)
-    from portal.leasing import allocation, orchestration
-
     spec = OrderSpec(models=[lease.gpu_model] if lease.gpu_model else lease.allowed_models,
                      gpu_count=lease.gpu_count, gpu_milli=lease.gpu_milli, nodes=lease.nodes,
                      priority=lease.priority)
     extra = Window(lease.end_at, end_at)
-    longest = _longest_end(lease, allocation)
+    longest = _longest_end(lease)
     try:
         check_limits(lease.tenant, spec, Window(lease.start_at, end_at), spec.models or
                      lease.allowed_models, exclude_lease=lease.pk, count_pending=False)
@@ -367,7 +406,7 @@ def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
         raise ExtensionRefused(_("The GPUs are reserved by another lease from %(start)s UTC.")
                                % {"start": f"{longest:%Y-%m-%d %H:%M}"}, longest)
     old_end = lease.end_at
-    orchestration.extend(lease, end_at)
+    expiry.extend(lease, end_at)
     states.record(lease, "extended", actor=actor.get_username(),
                   data={"from": old_end.isoformat(), "to": end_at.isoformat(),
                         "hours": str(extra.hours)})
@@ -377,9 +416,7 @@ def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
     return lease
 
 
-def _longest_end(lease: Lease, allocation: Any) -> datetime | None:
-    from portal.leasing.models import Allocation
-
+def _longest_end(lease: Lease) -> datetime | None:
     if lease.state == S.QUEUED or not Allocation.objects.filter(lease=lease, live=True).exists():
         return None
     result = allocation.extension(lease, lease.end_at + timedelta(days=3660))

@@ -20,7 +20,8 @@ from portal.fleet.services import agent_for_node
 from portal.fleet.services.ingest import report_ingest
 from portal.inventory.catalog import CATALOG
 from portal.inventory.models import Gpu, HcaPort, Node
-from portal.leasing.models import Allocation, LeaseState
+from portal.leasing import states
+from portal.leasing.models import Allocation
 
 MIB = 1024 * 1024
 
@@ -81,7 +82,7 @@ def simulate_telemetry(max_nodes: int = 200) -> int:
     """One report from each node that carries an active lease (bounded per round)."""
     busy: dict[int, set[int]] = defaultdict(set)
     for node_id, gpu_id in Allocation.objects.filter(
-            live=True, lease__state=LeaseState.ACTIVE).values_list("node_id", "gpu_id"):
+            live=True, lease__state__in=sorted(states.RUNNING)).values_list("node_id", "gpu_id"):
         busy[node_id].add(gpu_id)
     nodes = list(Node.objects.filter(pk__in=list(busy)[:max_nodes]))
     gpus: dict[int, list[Gpu]] = defaultdict(list)

@@ -19,7 +19,10 @@ ALLOWED: dict[str, frozenset[str]] = {
     S.QUEUED: frozenset({S.SCHEDULED, S.PROVISIONING, S.CANCELLED, S.REJECTED, S.EXPIRED}),
     S.SCHEDULED: frozenset({S.PROVISIONING, S.CANCELLED, S.QUEUED, S.PREEMPTED, S.FAILED}),
     S.PROVISIONING: frozenset({S.ACTIVE, S.QUEUED, S.FAILED, S.RELEASING, S.CANCELLED}),
-    S.ACTIVE: frozenset({S.RELEASING}),
+    S.ACTIVE: frozenset({S.NOTICE, S.RELEASING}),
+    # A running spot lease told it will be preempted at ``end_at``: still granted, on the
+    # hardware and billed; released (as preempted) when the notice runs out.
+    S.NOTICE: frozenset({S.RELEASING}),
     S.RELEASING: frozenset({S.ENDED, S.EXPIRED, S.PREEMPTED, S.FAILED, S.CANCELLED}),
     S.ENDED: frozenset(),
     S.REJECTED: frozenset(),
@@ -31,30 +34,59 @@ ALLOWED: dict[str, frozenset[str]] = {
 # State groups: defined here once, used everywhere (query with ``state__in=sorted(GROUP)``).
 TERMINAL = frozenset(s for s, nxt in ALLOWED.items() if not nxt)
 WAITING = frozenset({S.REQUESTED, S.QUEUED})
+# Running: its users are on the GPUs and it is billed (a preemption notice included).
+RUNNING = frozenset({S.ACTIVE, S.NOTICE})
 # Holds allocation rows (now or for a later start).
-HOLDING = frozenset({S.SCHEDULED, S.PROVISIONING, S.ACTIVE, S.RELEASING})
+HOLDING = frozenset({S.SCHEDULED, S.PROVISIONING, *RUNNING, S.RELEASING})
 # May be on the hardware: granted, or its teardown not yet observed (the handover fence).
-ON_HARDWARE = frozenset({S.PROVISIONING, S.ACTIVE, S.RELEASING})
+ON_HARDWARE = frozenset({S.PROVISIONING, *RUNNING, S.RELEASING})
 # Its users get access on its nodes and its tenant's partition includes their ports.
-GRANTING = frozenset({S.PROVISIONING, S.ACTIVE})
+GRANTING = frozenset({S.PROVISIONING, *RUNNING})
 # Waiting for nodes to converge: re-driven by convergence events and the reconciler.
 CONVERGING = frozenset({S.PROVISIONING, S.RELEASING})
+# Not ended: waiting, placed, running or being released (counts against limits).
+LIVE = frozenset(ALLOWED) - TERMINAL
+# Ordered and not ended, past the order's own transaction: what quotas count as committed.
+COMMITTED = LIVE - {S.REQUESTED}
+# Waiting for GPUs or for a later start: counts against ``max_pending_orders``.
+PENDING = WAITING | {S.SCHEDULED}
+# Placed on GPUs but not (yet) running: what an unclean GPU or a quarantine displaces.
+PLACED = frozenset({S.SCHEDULED, S.PROVISIONING})
+# Ended without ever being due to run: nothing to bill, nothing to show as cost.
+NEVER_RAN = frozenset({S.REJECTED, S.CANCELLED})
 CANCELLABLE = frozenset({S.REQUESTED, S.QUEUED, S.SCHEDULED, S.PROVISIONING})
 EXTENDABLE = frozenset({S.QUEUED, S.SCHEDULED, S.PROVISIONING, S.ACTIVE})
+RELEASABLE = RUNNING
+# Problems a tenant should look at (the dashboard's attention list).
+TROUBLE = frozenset({S.FAILED, S.PREEMPTED, S.REJECTED})
 
 
 class IllegalTransition(Conflict):
     code = "illegal_transition"
 
 
-# State names for messages, in the active language (the same msgids as portal/web/labels.py).
+# State names in the active language: the one label map (portal/web/labels.py uses it).
 LABELS: dict[str, object] = {
     S.REQUESTED: gettext_lazy("Requested"), S.QUEUED: gettext_lazy("Queued"),
     S.SCHEDULED: gettext_lazy("Scheduled"), S.PROVISIONING: gettext_lazy("Provisioning"),
-    S.ACTIVE: gettext_lazy("Active"), S.RELEASING: gettext_lazy("Releasing"),
+    S.ACTIVE: gettext_lazy("Active"), S.NOTICE: gettext_lazy("Preemption notice"),
+    S.RELEASING: gettext_lazy("Releasing"),
     S.ENDED: gettext_lazy("Ended"), S.REJECTED: gettext_lazy("Rejected"),
     S.CANCELLED: gettext_lazy("Cancelled"), S.FAILED: gettext_lazy("Failed"),
     S.PREEMPTED: gettext_lazy("Preempted"), S.EXPIRED: gettext_lazy("Expired"),
+}
+# The states mailed to the tenant when entered, as words in a sentence ("… is now active").
+WORDS: dict[str, object] = {
+    S.ACTIVE: gettext_lazy("active"), S.ENDED: gettext_lazy("ended"),
+    S.EXPIRED: gettext_lazy("expired"), S.FAILED: gettext_lazy("failed"),
+    S.PREEMPTED: gettext_lazy("preempted"),
+}
+MAILED = frozenset(WORDS)
+# A tone per state for badges; the text label is always shown too (not colour alone).
+TONES: dict[str, str] = {
+    S.ACTIVE: "ok", S.NOTICE: "wait", S.PROVISIONING: "info", S.SCHEDULED: "info",
+    S.QUEUED: "wait", S.REQUESTED: "wait", S.RELEASING: "info",
+    S.FAILED: "bad", S.REJECTED: "bad", S.PREEMPTED: "bad",
 }
 
 

@@ -7,7 +7,8 @@ import hashlib
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from portal.tenants.access import Who, principal_of, require_role, tenants_for
+from portal.core.models import AuditLog
+from portal.tenants.access import Who, is_staff, principal_of, require_role, tenants_for
 from portal.tenants.models import ApiKey, Invitation, Membership, Role, SshPublicKey, Tenant
 
 
@@ -83,3 +84,13 @@ def invitation_list(*, user: Who, tenant: Tenant) -> QuerySet[Invitation]:
     return (Invitation.objects.filter(tenant=tenant, accepted_at__isnull=True,
                                       revoked_at__isnull=True, expires_at__gt=timezone.now())
             .select_related("inviter", "tenant").order_by("email"))
+
+
+def audit_list(*, user: Who) -> QuerySet[AuditLog]:
+    """Platform staff see every entry; tenant owners/admins see the entries of the tenants
+    their credential acts for (through a key: the key's tenant only). (Here, not in core:
+    who sees what is the tenants app's decision, and core imports no app above it.)"""
+    qs = AuditLog.objects.select_related("tenant")
+    if is_staff(user):
+        return qs
+    return qs.filter(tenant__in=tenants_for(user, Role.ADMIN))

@@ -16,13 +16,14 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from portal.core.errors import ApplicationError
+from portal.leasing import states
 from portal.web import live
 
 log = logging.getLogger(__name__)
 POLL_SECONDS = 2.0
 CLOSE_NOT_FOUND = 4404
 CLOSE_SIGNED_OUT = 4403
-HOLDING = {"scheduled", "provisioning", "active", "releasing"}
+HOLDING = states.HOLDING
 
 
 def _visible_lease(user: Any, lease_id: str) -> Any:

@@ -7,17 +7,12 @@ import re
 from django.utils.translation import gettext, gettext_noop, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from portal.leasing.models import LeaseState, Locality, Priority
+from portal.leasing import states
+from portal.leasing.models import Locality, Priority
 from portal.tenants.models import Role
 
-STATES = {
-    LeaseState.REQUESTED: _("Requested"), LeaseState.QUEUED: _("Queued"),
-    LeaseState.SCHEDULED: _("Scheduled"), LeaseState.PROVISIONING: _("Provisioning"),
-    LeaseState.ACTIVE: _("Active"), LeaseState.RELEASING: _("Releasing"),
-    LeaseState.ENDED: _("Ended"), LeaseState.REJECTED: _("Rejected"),
-    LeaseState.CANCELLED: _("Cancelled"), LeaseState.FAILED: _("Failed"),
-    LeaseState.PREEMPTED: _("Preempted"), LeaseState.EXPIRED: _("Expired"),
-}
+# Lease states: the one label map is portal.leasing.states.LABELS (and TONES).
+STATES = states.LABELS
 ROLES = {Role.OWNER: _("Owner"), Role.ADMIN: _("Admin"), Role.MEMBER: _("Member"),
          Role.VIEWER: _("Viewer")}
 PRIORITIES = {Priority.RESERVED: _("Reserved"), Priority.ON_DEMAND: _("On demand"),
@@ -63,19 +58,14 @@ CHOICES: dict[str, dict[str, object]] = {
     "audit_filter": {"action": _("Action"), "actor": _("Who"), "tenant": _("Tenant"),
                      "object_type": _("Object type")},
 }
-# A tone per state for badges; the text label is always shown too (not colour alone).
-TONES = {
-    LeaseState.ACTIVE: "ok", LeaseState.PROVISIONING: "info", LeaseState.SCHEDULED: "info",
-    LeaseState.QUEUED: "wait", LeaseState.REQUESTED: "wait", LeaseState.RELEASING: "info",
-    LeaseState.FAILED: "bad", LeaseState.REJECTED: "bad", LeaseState.PREEMPTED: "bad",
-}
+TONES = states.TONES
 
 
 def choices(mapping: dict) -> list[tuple[str, object]]:
     return [(str(k), v) for k, v in mapping.items()]
 
 
-# Event reasons the leasing app writes with a value inside (orchestration.py).
+# Event reasons the leasing app writes with a value inside (portal/leasing/lifecycle/).
 _PATTERNS = [
     (re.compile(r"^ends within (?P<n>\d+) minutes$"), gettext_noop("ends within %(n)s minutes")),
     (re.compile(r"^preempted by (?P<n>[0-9a-f]{8})$"), gettext_noop("preempted by lease %(n)s")),

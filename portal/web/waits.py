@@ -15,6 +15,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 
 from portal.leasing.models import LeaseState
+from portal.leasing.states import WAITING
 
 ASAP_GRACE = timedelta(minutes=5)  # an order whose start is its order time: "as soon as possible"
 
@@ -63,7 +64,7 @@ def sentence(reason: str | None, *, gpus: Any, models: str, earliest: datetime |
 def lease_wait(lease: Any) -> str:
     from portal.web import labels
 
-    if lease.state not in (LeaseState.REQUESTED, LeaseState.QUEUED):
+    if lease.state not in WAITING:
         return ""
     return sentence(lease.wait_reason, gpus=lease.total_gpus,
                     models=lease.gpu_model or " / ".join(lease.allowed_models or []),
@@ -96,7 +97,7 @@ def shown_start(lease: Any) -> datetime | None:
     the scheduler knows (``None``: not known yet) — never the order time of a waiting one."""
     if lease.active_at:
         return lease.active_at  # type: ignore[no-any-return]
-    if lease.state in (LeaseState.REQUESTED, LeaseState.QUEUED) and is_asap(lease):
+    if lease.state in WAITING and is_asap(lease):
         return lease.earliest_start  # type: ignore[no-any-return]
     return lease.start_at  # type: ignore[no-any-return]
 
@@ -107,7 +108,7 @@ def shown_end(lease: Any) -> datetime | None:
     nominal end counted from the order time, which can read earlier than its start."""
     if lease.ended_at:
         return lease.ended_at  # type: ignore[no-any-return]
-    if lease.state in (LeaseState.REQUESTED, LeaseState.QUEUED) and is_asap(lease):
+    if lease.state in WAITING and is_asap(lease):
         if lease.earliest_start is None:
             return None
         return lease.earliest_start + (lease.end_at - lease.start_at)  # type: ignore[no-any-return]

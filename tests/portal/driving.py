@@ -35,7 +35,7 @@ def drive(rounds: int = 4) -> None:
     """Run the reconciler and the simulated agents until leases settle."""
     from portal.fleet.services import simulate_apply
     from portal.inventory.models import Node
-    from portal.leasing.tasks import check_leases_on, reconcile_once
+    from portal.leasing.lifecycle.reconcile import check_leases_on, reconcile_once
 
     for _ in range(rounds):
         with _capture(execute=True):

@@ -163,7 +163,9 @@ def test_api_key_orders_count_for_the_keys_user(pool: dict[str, Any]) -> None:
     assert refused.status_code == 400, refused.content
     assert refused.json()["error"] == "order_rejected"
     assert list(refused.json()["fields"]) == ["gpu_count"]
-    assert Lease.objects.filter(created_by=pool["alice"]).count() == 2
+    mine = Lease.objects.filter(created_by=pool["alice"])
+    assert mine.exclude(state="rejected").count() == 2
+    assert mine.filter(state="rejected").count() == 1  # the refusal is kept (ADR 0132)
 
 
 def test_quote_shows_the_same_refusal(pool: dict[str, Any]) -> None:

@@ -15,7 +15,8 @@ from django.db import DatabaseError
 
 from portal.core.errors import ApplicationError
 from portal.fleet.models import NodeDesiredState
-from portal.leasing import access_push, desired, services, tasks
+from portal.leasing import access_push, desired, services
+from portal.leasing.lifecycle import reconcile
 from portal.leasing.models import Lease
 from portal.tenants import services as tenant_services
 from portal.tenants.models import Membership, Role, SshPublicKey
@@ -258,7 +259,7 @@ def test_reconciler_repairs_a_failed_access_push(
     nodes = access_push.nodes_of_tenants([world["a"].pk])
     assert nodes
     with django_capture_on_commit_callbacks(execute=True):
-        counts = tasks.reconcile_once()
+        counts = reconcile.reconcile_once()
     assert counts["repushed"] == len(nodes)
     assert world["ann_key"] not in keys_on_hosts(lease)
     assert world["alice_key"] in keys_on_hosts(lease)
@@ -268,6 +269,6 @@ def test_reconciler_leaves_nodes_in_sync_alone(
         world: dict[str, Any], django_capture_on_commit_callbacks: Any) -> None:
     before = {d.node_id: (d.generation, d.updated) for d in NodeDesiredState.objects.all()}
     with django_capture_on_commit_callbacks(execute=True):
-        assert tasks.repush_drifted_nodes() == 0
+        assert reconcile.repush_drifted_nodes() == 0
     assert {d.node_id: (d.generation, d.updated)
             for d in NodeDesiredState.objects.all()} == before

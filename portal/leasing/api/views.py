@@ -42,12 +42,15 @@ class OrderView(APIView):
                                           idempotency_key=key or None)
             return status.HTTP_201_CREATED, dict(s.LeaseSerializer(lease).data)
 
+        def once() -> tuple[int, dict[str, Any]]:
+            if key:
+                return idempotency.run(tenant=tenant, key=key, body=request.data, create=create)
+            return create()
+
         key = request.headers.get("Idempotency-Key", "")
-        if key:
-            code, data = idempotency.run(tenant=tenant, key=key, body=request.data,
-                                         create=create)
-        else:
-            code, data = create()
+        # A refusal by policy is recorded as a REJECTED lease, then answered as before.
+        code, data = services.order_submit(actor=request.user, tenant=tenant, spec=spec,
+                                           create=once)
         return Response(data, status=code)
 
 

@@ -8,14 +8,13 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.translation import gettext as _
 
-from portal.leasing.models import LeaseState
+from portal.leasing import states
 from portal.tenants.models import Tenant
 from portal.web import labels, panels
 from portal.web.views._common import tenant_page
 
-LIVE_STATES = (LeaseState.REQUESTED, LeaseState.QUEUED, LeaseState.SCHEDULED,
-               LeaseState.PROVISIONING, LeaseState.ACTIVE, LeaseState.RELEASING)
-TROUBLE_STATES = (LeaseState.FAILED, LeaseState.PREEMPTED, LeaseState.REJECTED)
+LIVE_STATES = tuple(sorted(states.LIVE))
+TROUBLE_STATES = tuple(sorted(states.TROUBLE))
 
 
 def _bar(used: Any, limit: Any) -> dict[str, Any]:
@@ -81,8 +80,8 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     trouble = list(leases.filter(state__in=TROUBLE_STATES).order_by("-updated")[:3])
     quotas = quota_rows(tenant)
     return render(request, "web/dashboard.html", {
-        "active": [le for le in live if le.state == LeaseState.ACTIVE],
-        "upcoming": [le for le in live if le.state != LeaseState.ACTIVE],
+        "active": [le for le in live if le.state in states.RUNNING],
+        "upcoming": [le for le in live if le.state not in states.RUNNING],
         "quotas": quotas,
         "spend": panels.spend(tenant),
         "free": panels.free_by_model(),

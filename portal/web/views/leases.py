@@ -15,8 +15,8 @@ from django.utils.translation import gettext as _
 
 from portal.core import clock
 from portal.core.errors import ApplicationError
+from portal.leasing import states
 from portal.leasing.models import LeaseState
-from portal.leasing.states import CANCELLABLE
 from portal.tenants.models import Role
 from portal.web import live
 from portal.web.forms import ExtendForm, LeaseFilterForm, ReasonForm
@@ -75,7 +75,7 @@ def lease_calendar(request: HttpRequest) -> HttpResponse:
     end = start + timedelta(days=CALENDAR_DAYS)
     leases = (lease_list(user=request.user, tenant=request.tenant,  # type: ignore[attr-defined]
                          since=start, until=end)
-              .exclude(state__in=[LeaseState.REJECTED, LeaseState.CANCELLED])
+              .exclude(state__in=sorted(states.NEVER_RAN))
               .order_by("start_at")[:200])
     span = (end - start).total_seconds()
     rows = []
@@ -98,7 +98,7 @@ def _calendar_span(lease: Any, now: datetime) -> tuple[datetime, datetime]:
     from its earliest start, else from now, for its duration — not from its order time."""
     from portal.web import waits
 
-    if lease.active_at is None and lease.state in (LeaseState.REQUESTED, LeaseState.QUEUED) \
+    if lease.active_at is None and lease.state in states.WAITING \
             and waits.is_asap(lease):
         begin = max(lease.earliest_start or now, now)
         return begin, begin + (lease.end_at - lease.start_at)
@@ -122,15 +122,14 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
     from portal.leasing.selectors import lease_connection, lease_events, queue_position
 
     lease = _lease(request, lease_id)
-    holding = lease.state in (LeaseState.SCHEDULED, LeaseState.PROVISIONING,
-                              LeaseState.ACTIVE, LeaseState.RELEASING)
+    holding = lease.state in states.HOLDING
     gpus = live.lease_gpus(lease) if holding else []
     telemetry = live.lease_telemetry(lease, gpus) if holding else {"gpus": [], "ports": []}
     # What the charts draw as soon as the page opens (the socket then appends live samples).
     charts = ({"type": "telemetry", **telemetry,
                "history": live.lease_history(lease, gpus, telemetry)} if holding else None)
-    # A running spot lease under a preemption notice (orchestration._give_notice).
-    preempting = lease.state == LeaseState.ACTIVE and lease.release_kind == LeaseState.PREEMPTED
+    # A running spot lease under a preemption notice (lifecycle.preemption).
+    preempting = lease.state == LeaseState.NOTICE
     from portal.billing.statements import lease_money
 
     return render(request, "web/lease.html", {
@@ -141,10 +140,9 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
         "telemetry": telemetry,
         "problems": live.node_problems(gpus) + live.problems(telemetry),
         "may_act": can(request, Role.MEMBER),
-        "may_cancel": lease.state in CANCELLABLE,
-        "may_release": lease.state == LeaseState.ACTIVE,
-        "may_extend": lease.state in LIVE_STATES and lease.state != LeaseState.RELEASING
-        and not preempting,
+        "may_cancel": lease.state in states.CANCELLABLE,
+        "may_release": lease.state in states.RELEASABLE,
+        "may_extend": lease.state in states.EXTENDABLE,
         "preempting": preempting,
         "live": lease.state in LIVE_STATES,
         "chart_labels": chart_labels(),

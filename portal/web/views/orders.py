@@ -58,7 +58,7 @@ def _submit(request: HttpRequest, form: OrderForm) -> Any:
     """Place the order once per form render: the hidden key makes a double click one order."""
     from portal.leasing import idempotency
     from portal.leasing.models import Lease
-    from portal.leasing.services import order_create
+    from portal.leasing.services import order_create, order_submit
 
     tenant = request.tenant  # type: ignore[attr-defined]
     spec = _spec(form)
@@ -68,9 +68,13 @@ def _submit(request: HttpRequest, form: OrderForm) -> Any:
                              idempotency_key=form.cleaned_data["idempotency_key"])
         return 201, {"id": str(lease.pk)}
 
-    try:
-        _status, body = idempotency.run(tenant=tenant, key=form.cleaned_data["idempotency_key"],
-                                        body={"web_order": form.spec_values()}, create=create)
+    def once() -> tuple[int, dict[str, Any]]:
+        return idempotency.run(tenant=tenant, key=form.cleaned_data["idempotency_key"],
+                               body={"web_order": form.spec_values()}, create=create)
+
+    try:  # a refusal by policy is recorded as a REJECTED lease (order_submit)
+        _status, body = order_submit(actor=request.user, tenant=tenant, spec=spec,
+                                     create=once)
     except ApplicationError as exc:
         if "Idempotency-Key" in exc.fields:
             form.add_error(None, _("This form was already submitted with other values. "

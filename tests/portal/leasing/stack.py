@@ -40,7 +40,7 @@ _counter = itertools.count()
 # Lease states as stored (portal.leasing.models.LeaseState values).
 TERMINAL = ("ended", "rejected", "cancelled", "failed", "preempted", "expired")
 WAITING = ("queued", "scheduled")
-TRANSITIONAL = ("requested", "provisioning", "releasing")
+TRANSITIONAL = ("requested", "provisioning", "notice", "releasing")  # notice: ends at end_at
 
 
 def free_port() -> int:

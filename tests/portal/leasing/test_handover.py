@@ -19,7 +19,16 @@ from portal.fleet.models import FabricDesiredState, NodeDesiredState, NodeObserv
 from portal.fleet.services import agent_for_node
 from portal.fleet.services.ingest import report_ingest
 from portal.inventory.models import Gpu, HcaPort, Node
-from portal.leasing import allocation, orchestration, services, tasks
+from portal.leasing import allocation, desired, services, tasks
+from portal.leasing.lifecycle import (
+    dispatch,
+    expiry,
+    placing,
+    provisioning,
+    reconcile,
+    releasing,
+    timing,
+)
 from portal.leasing.models import Allocation, Lease, LeaseEvent
 from portal.leasing.models import LeaseState as S
 from portal.leasing.simulation import report_for
@@ -71,9 +80,9 @@ def state(lease: Lease) -> str:
 
 
 def placed_and_pushed(lease: Lease) -> Node:
-    orchestration.run_schedule_pass()
+    placing.run_schedule_pass()
     assert state(lease) == S.PROVISIONING
-    orchestration.provision(lease.pk)
+    provisioning.provision(lease.pk)
     return node_of(lease)
 
 
@@ -85,7 +94,7 @@ def test_converged_report_activates_lease_without_reconciler(pool: dict[str, Any
     agent_reports(node, generation(node))
     assert state(lease) == S.ACTIVE  # in the report's own call and transaction
     services.lease_release(actor=pool["alice"], lease=lease)
-    orchestration.teardown(lease.pk)
+    releasing.teardown(lease.pk)
     agent_reports(node, generation(node))
     assert state(lease) == S.ENDED
     assert not Allocation.objects.filter(lease=lease, live=True).exists()
@@ -98,7 +107,7 @@ def _cordon_all_but(node: Node) -> None:
 def _activate(lease: Lease) -> Node:
     node = placed_and_pushed(lease)
     agent_reports(node, generation(node))
-    orchestration.check_provisioned(lease.pk)  # (the report did it already: a no-op)
+    provisioning.check_provisioned(lease.pk)  # (the report did it already: a no-op)
     assert state(lease) == S.ACTIVE
     return node
 
@@ -116,7 +125,7 @@ def _back_to_back(pool: dict[str, Any]) -> tuple[Lease, Node, Lease]:
     _cordon_all_but(node)
     second = order(pool, "bob", "b", start_at=clock.now() + timedelta(hours=2),
                    duration_hours=Decimal(1))
-    orchestration.run_schedule_pass()
+    placing.run_schedule_pass()
     assert state(second) == S.SCHEDULED and node_of(second) == node
     first = order(pool)
     assert _activate(first) == node and first.end_at == second.start_at
@@ -128,20 +137,20 @@ def test_next_lease_waits_for_previous_teardown(pool: dict[str, Any]) -> None:
     clock.advance(first.end_at - clock.now())
     # The reservation's start comes first here (the worst order): it is provisioned, but
     # its GPUs are not granted while the previous tenant is on them.
-    assert orchestration.start_due_reservations() == 1
-    orchestration.provision(second.pk)
+    assert provisioning.start_due_reservations() == 1
+    provisioning.provision(second.pk)
     assert grant_id(second) not in granted(node)
     assert granted(node) == {grant_id(first): list(range(8))}
     assert fabric_tenants() == {"tenant_a"}  # nor is b's partition on the node's ports
     agent_reports(node, generation(node))
-    orchestration.check_provisioned(second.pk)
+    provisioning.check_provisioned(second.pk)
     assert state(second) == S.PROVISIONING
     # The previous lease expires; its teardown is pushed; the node has not applied it yet.
-    assert orchestration.expire_due() == 1
-    orchestration.teardown(first.pk)
+    assert expiry.expire_due() == 1
+    releasing.teardown(first.pk)
     teardown_generation = generation(node)
     assert granted(node) == {}
-    orchestration.check_provisioned(second.pk)
+    provisioning.check_provisioned(second.pk)
     assert state(second) == S.PROVISIONING
     # The node reports the teardown: the first lease ends and, in the same call, the GPUs
     # are granted to the next one (which becomes active once that is applied).
@@ -163,10 +172,10 @@ def test_preemptor_waits_for_the_victims_teardown(pool: dict[str, Any], settings
     _cordon_all_but(node)
     clock.advance(timedelta(minutes=10))
     boss = order(pool, "bob", "b")
-    orchestration.run_schedule_pass()
+    placing.run_schedule_pass()
     assert state(spot) == S.RELEASING and state(boss) == S.PROVISIONING
-    orchestration.provision(boss.pk)
-    orchestration.teardown(spot.pk)
+    provisioning.provision(boss.pk)
+    releasing.teardown(spot.pk)
     assert grant_id(boss) not in granted(node)
     assert Allocation.objects.filter(lease=spot, live=True).count() == 64  # still held
     agent_reports(node, generation(node))  # the teardown: the spot lease ends, boss pushed
@@ -181,20 +190,20 @@ def test_teardown_never_observed_quarantines_gpus_and_moves_next_lease(
     settings.GPUPOOL_PROVISION_TIMEOUT_S = 3600
     first, node, second = _back_to_back(pool)
     clock.advance(first.end_at - clock.now())
-    orchestration.expire_due()
-    orchestration.teardown(first.pk)
-    orchestration.start_due_reservations()
-    orchestration.provision(second.pk)
+    expiry.expire_due()
+    releasing.teardown(first.pk)
+    provisioning.start_due_reservations()
+    provisioning.provision(second.pk)
     Node.objects.exclude(pk=node.pk).update(state=Node.State.READY)
-    clock.advance(orchestration.release_timeout() + timedelta(seconds=1))
-    orchestration.check_released(first.pk)  # the node never reported the teardown
+    clock.advance(timing.release_timeout() + timedelta(seconds=1))
+    releasing.check_released(first.pk)  # the node never reported the teardown
     assert state(first) == S.EXPIRED
     assert set(Gpu.objects.filter(node=node).values_list("health", flat=True)) == {
         Gpu.Health.QUARANTINED}
     assert state(second) == S.QUEUED
     assert not Allocation.objects.filter(lease=second, live=True).exists()
-    orchestration.run_schedule_pass()
-    orchestration.provision(second.pk)
+    placing.run_schedule_pass()
+    provisioning.provision(second.pk)
     assert state(second) == S.PROVISIONING and node_of_live(second) != node
     assert granted(node) == {}
     assert not LeaseEvent.objects.filter(lease=second, to_state=S.ACTIVE).exists()
@@ -208,7 +217,7 @@ def node_of_live(lease: Lease) -> Node:
 def test_expiry_runs_before_due_reservation_starts(pool: dict[str, Any]) -> None:
     first, node, second = _back_to_back(pool)
     clock.advance(first.end_at - clock.now())
-    tasks.reconcile_once()
+    reconcile.reconcile_once()
     first.refresh_from_db()
     second.refresh_from_db()
     assert first.state == S.RELEASING and second.state == S.PROVISIONING
@@ -223,8 +232,14 @@ def test_expiry_is_on_time(pool: dict[str, Any], monkeypatch: pytest.MonkeyPatch
                            settings: Any) -> None:
     settings.GPUPOOL_EXPIRY_ETA_HORIZON_S = 3 * 3600
     sent: list[tuple[tuple[str, ...], datetime]] = []
-    monkeypatch.setattr(tasks.expire_lease, "apply_async",
-                        lambda args, eta: sent.append((tuple(args), eta)))
+    send = dispatch.send
+
+    def sent_by_name(name: str, args: Any = (), *, eta: datetime | None = None) -> None:
+        if name != dispatch.EXPIRE_LEASE:
+            return send(name, args, eta=eta)
+        sent.append((tuple(args), eta))  # type: ignore[arg-type]
+        return None
+    monkeypatch.setattr(dispatch, "send", sent_by_name)
     lease = order(pool)
     node = placed_and_pushed(lease)
     with django_capture_on_commit_callbacks(execute=True):
@@ -258,7 +273,7 @@ def test_scheduler_skips_unreachable_nodes(pool: dict[str, Any], settings: Any) 
     assert offered == {fresh.hostname}
     lease = order(pool, gpu_count=8)
     other = order(pool, "bob", "b", gpu_count=8)
-    orchestration.run_schedule_pass()
+    placing.run_schedule_pass()
     assert {state(lease), state(other)} == {S.PROVISIONING, S.QUEUED}
     placed = lease if lease.state == S.PROVISIONING else other
     assert node_of(placed) == fresh
@@ -296,7 +311,7 @@ def test_failing_convergence_callback_keeps_the_report(
     assert NodeObservedState.objects.get(node=node).generation_applied == generation(node)
     lease.refresh_from_db()
     assert lease.state == S.PROVISIONING and lease.name == ""
-    tasks.reconcile_once()  # the backstop
+    reconcile.reconcile_once()  # the backstop
     assert state(lease) == S.ACTIVE
 
 
@@ -320,13 +335,13 @@ def test_handover_push_already_applied_activates_at_once(pool: dict[str, Any]) -
     report (none would come: nothing changes on the node)."""
     first, node, second = _back_to_back(pool)
     clock.advance(first.end_at - clock.now())
-    orchestration.expire_due()
-    orchestration.teardown(first.pk)
-    orchestration.start_due_reservations()
-    orchestration.provision(second.pk)
+    expiry.expire_due()
+    releasing.teardown(first.pk)
+    provisioning.start_due_reservations()
+    provisioning.provision(second.pk)
     Allocation.objects.filter(lease=first).update(live=False)  # as if it finished meanwhile
     Lease.objects.filter(pk=first.pk).update(state=S.EXPIRED)
-    gen = orchestration.desired.push_node(node)  # the grant, as a later push would write
+    gen = desired.push_node(node)  # the grant, as a later push would write
     assert grant_id(second) in granted(node)
     agent_reports(node, gen)  # applied; the event sees the lease still marked pending
     assert state(second) == S.ACTIVE
@@ -347,10 +362,10 @@ def test_teardown_committing_between_fence_read_and_push_cannot_bypass_the_fence
 
     first, node, second = _back_to_back(pool_tx)
     clock.advance(first.end_at - clock.now())
-    orchestration.expire_due()
-    orchestration.teardown(first.pk)
+    expiry.expire_due()
+    releasing.teardown(first.pk)
     agent_reports(node, generation(node) - 1)  # the node has not applied the teardown
-    orchestration.start_due_reservations()
+    provisioning.start_due_reservations()
     read, finished = threading.Event(), threading.Event()
     real = handover.is_fenced
 
@@ -366,7 +381,7 @@ def test_teardown_committing_between_fence_read_and_push_cannot_bypass_the_fence
             assert read.wait(30)
             NodeObservedState.objects.filter(node=node).update(
                 generation_applied=generation(node))  # the teardown applied (no event)
-            orchestration.check_released(first.pk)  # another worker's step: commits
+            releasing.check_released(first.pk)  # another worker's step: commits
         finally:
             finished.set()
             connection.close()
@@ -374,7 +389,7 @@ def test_teardown_committing_between_fence_read_and_push_cannot_bypass_the_fence
     monkeypatch.setattr(handover, "is_fenced", is_fenced_then_pause)
     other = threading.Thread(target=finish_first)
     other.start()
-    orchestration.provision(second.pk)
+    provisioning.provision(second.pk)
     other.join()
     assert state(first) == S.EXPIRED
     second.refresh_from_db()
@@ -401,8 +416,8 @@ def test_timed_out_provisioning_fences_its_slots_until_the_removal_is_applied(
                                        "pkeys": ["0xffff"]}]  # grant applied, P_Key not
     report_ingest(agent=agent_for_node(node=node), body=body)
     assert grant_id(first) in granted(node) and state(first) == S.PROVISIONING
-    clock.advance(orchestration.provision_timeout() + timedelta(seconds=1))
-    orchestration.check_provisioned(first.pk)
+    clock.advance(timing.provision_timeout() + timedelta(seconds=1))
+    provisioning.check_provisioned(first.pk)
     assert state(first) == S.QUEUED
     removal = generation(node)
     assert set(Allocation.objects.filter(lease=first).values_list(
@@ -430,10 +445,10 @@ def test_preemptor_waits_for_a_victim_placed_in_the_same_second(pool: dict[str, 
     Lease.objects.filter(pk=spot.pk).update(priority="spot")
     _cordon_all_but(node)
     boss = order(pool, "bob", "b")  # same (frozen) second as the spot lease's start
-    orchestration.run_schedule_pass()
+    placing.run_schedule_pass()
     assert state(spot) == S.RELEASING and state(boss) == S.PROVISIONING
-    orchestration.provision(boss.pk)
-    orchestration.teardown(spot.pk)
+    provisioning.provision(boss.pk)
+    releasing.teardown(spot.pk)
     assert grant_id(boss) not in granted(node)
     agent_reports(node, generation(node))  # the teardown is observed: boss pushed at once
     assert state(spot) == S.PREEMPTED

@@ -233,7 +233,8 @@ def test_provisioning_does_not_allocate_partitions(pool: dict[str, Any],
     allocates it, committed with the placement; provisioning only reads it."""
     from portal.fleet.models import TenantPartition
     from portal.fleet.services import partitions
-    from portal.leasing.orchestration import provision, run_schedule_pass
+    from portal.leasing.lifecycle.placing import run_schedule_pass
+    from portal.leasing.lifecycle.provisioning import provision
 
     lease = order(pool)
     run_schedule_pass()

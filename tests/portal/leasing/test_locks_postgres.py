@@ -9,8 +9,8 @@ import pytest
 from django.db import connection, transaction
 
 from portal.leasing import services
+from portal.leasing.lifecycle.pushing import lock as _lock
 from portal.leasing.models import Lease
-from portal.leasing.orchestration import _lock
 from tests.portal.leasing.test_lifecycle import order
 
 pytestmark = [pytest.mark.services("postgres")]

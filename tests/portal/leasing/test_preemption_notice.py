@@ -73,8 +73,9 @@ def test_running_spot_lease_gets_a_notice_then_is_preempted(full: dict[str, Any]
     noticed = [x for x in _fresh(full["spot"]) if x.release_kind == S.PREEMPTED]
     assert len(noticed) == 1
     victim = noticed[0]
-    assert victim.state == S.ACTIVE and victim.end_at == now + GRACE
-    assert LeaseEvent.objects.filter(lease=victim, kind="preemption_notice").count() == 1
+    assert victim.state == S.NOTICE and victim.end_at == now + GRACE  # a visible state
+    assert LeaseEvent.objects.filter(lease=victim, from_state=S.ACTIVE,
+                                     to_state=S.NOTICE).count() == 1
     assert any("will be preempted" in m.subject for m in mail.outbox)
     assert set(Allocation.objects.filter(lease=victim, live=True)
                .values_list("end_at", flat=True)) == {now + GRACE}
@@ -85,7 +86,7 @@ def test_running_spot_lease_gets_a_notice_then_is_preempted(full: dict[str, Any]
                               end_at=victim.end_at + timedelta(hours=1))
     drive()  # nothing changes before the notice runs out; no "ends in 60 minutes" mail
     victim.refresh_from_db()
-    assert victim.state == S.ACTIVE
+    assert victim.state == S.NOTICE
     assert not any("ends in" in m.subject and str(victim.pk) in m.body for m in mail.outbox)
 
     clock.advance(GRACE)
@@ -152,3 +153,68 @@ def test_lease_page_shows_the_notice_and_no_extend(full: dict[str, Any], languag
     other = next(x for x in _fresh(full["spot"]) if x.release_kind != S.PREEMPTED)
     assert 'id="preemption-notice"' not in client.get(
         reverse("web:lease", kwargs={"lease_id": other.pk})).content.decode()
+
+
+def test_a_notice_is_a_state_that_still_grants_is_counted_and_billed(
+        full: dict[str, Any]) -> None:
+    """Issue 12: the notice is a state of the table (ACTIVE → NOTICE → RELEASING), not a
+    hidden ``release_kind`` on an ACTIVE lease; under it the lease keeps its access, its
+    place against the quota and its billing, and the API lists it by that state."""
+    from portal.billing.metering import meter_leases
+    from portal.billing.models import UsageRecord
+    from portal.leasing import desired, states
+    from portal.leasing.quotas import gpus_held
+    from tests.portal.factories import client_for
+
+    _order(full["alice"], full["a"])
+    drive()
+    victim = next(x for x in _fresh(full["spot"]) if x.state == S.NOTICE)
+    assert S.NOTICE in states.ALLOWED[S.ACTIVE] and states.ALLOWED[S.NOTICE] == {S.RELEASING}
+    node = desired.lease_nodes(victim)[0]
+    grants = {g["lease_id"] for g in desired.derive_node(node)["access_grants"]}
+    assert f"ls_{victim.pk.hex[:16]}" in grants  # still granted
+    now = clock.now()
+    assert gpus_held(full["c"], "H100", now, now + timedelta(seconds=1)) == 32
+    clock.advance(timedelta(seconds=60))
+    meter_leases(until=clock.now())
+    assert UsageRecord.objects.filter(lease=victim, seconds__gt=0).exists()  # billed
+    listed = client_for(full["carol"]).get("/api/v1/leases", {"state": "notice"}).json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    assert [row["id"] for row in rows] == [str(victim.pk)]
+    assert rows[0]["state"] == "notice"
+
+
+@pytest.mark.parametrize(("language", "label"), [("en", "Preemption notice"),
+                                                 ("zh-hans", "抢占通知")])
+def test_the_notice_state_has_its_label_on_the_pages(full: dict[str, Any], language: str,
+                                                     label: str) -> None:
+    from django.test import Client
+    from django.urls import reverse
+    from django.utils import translation
+
+    _order(full["alice"], full["a"])
+    drive()
+    client = Client(HTTP_ACCEPT_LANGUAGE=language)
+    client.force_login(full["carol"])
+    try:
+        html = client.get(reverse("web:leases")).content.decode()
+    finally:
+        translation.activate("en")
+    assert 'data-state="notice"' in html and label in html
+
+
+def test_the_migration_makes_a_hidden_notice_visible(full: dict[str, Any]) -> None:
+    """Leases under a notice before migration 0004 were ACTIVE with release_kind set."""
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("portal.leasing.migrations.0004_lifecycle_notice_state")
+    lease = _fresh(full["spot"])[0]
+    Lease.objects.filter(pk=lease.pk).update(state=S.ACTIVE, release_kind=S.PREEMPTED)
+    migration.notices_visible(apps, None)
+    assert Lease.objects.get(pk=lease.pk).state == S.NOTICE
+    others = Lease.objects.exclude(pk=lease.pk).values_list("state", flat=True)
+    assert set(others) == {S.ACTIVE}
+    migration.notices_hidden(apps, None)
+    assert Lease.objects.get(pk=lease.pk).state == S.ACTIVE

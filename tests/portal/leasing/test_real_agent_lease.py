@@ -12,7 +12,8 @@ import pytest
 from portal.fleet.models import TenantPartition
 from portal.fleet.services.enrolment import bootstrap_token_create
 from portal.inventory.models import HcaPort, Node
-from portal.leasing import orchestration, services
+from portal.leasing import services
+from portal.leasing.lifecycle import placing, provisioning, releasing
 from portal.leasing.models import Lease, Quota
 from portal.leasing.models import LeaseState as S
 from portal.tenants.models import Role
@@ -41,8 +42,8 @@ def test_real_agent_reports_activate_and_end_a_lease(live_server: Any, tmp_path:
     alice = add_member(tenant, "alice", Role.MEMBER)
     lease = services.order_create(actor=alice, tenant=tenant, spec=services.OrderSpec(
         models=["H100"], gpu_count=2, duration_hours=Decimal(1)))
-    orchestration.run_schedule_pass()
-    orchestration.provision(lease.pk)
+    placing.run_schedule_pass()
+    provisioning.provision(lease.pk)
     assert _state(lease) == S.PROVISIONING
     pkey = TenantPartition.objects.get(tenant=tenant, state="active").pkey
     port = HcaPort.objects.filter(node=node).first()
@@ -51,7 +52,7 @@ def test_real_agent_reports_activate_and_end_a_lease(live_server: Any, tmp_path:
     run_for(agent, clock, 25)  # pull the desired state, apply it, report
     assert _state(lease) == S.ACTIVE
     services.lease_release(actor=alice, lease=lease)
-    orchestration.teardown(lease.pk)
+    releasing.teardown(lease.pk)
     writer.set_pkeys(port.device, port.port_number, [0xFFFF])
     run_for(agent, clock, 25)
     assert _state(lease) == S.ENDED

@@ -137,10 +137,11 @@ def test_leasing_state_machine(pool: dict[str, Any]) -> None:
 
 def test_the_machine_can_fail(pool: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """Switch all three quota layers off: the quota invariant must catch the overrun."""
-    from portal.leasing import allocation, orchestration
+    from portal.leasing import allocation
+    from portal.leasing.lifecycle import placing
 
     monkeypatch.setattr(allocation, "_quotas", lambda: {})
-    monkeypatch.setattr(orchestration, "_quota_allows", lambda lease, placement: True)
+    monkeypatch.setattr(placing, "_quota_allows", lambda lease, placement: True)
     monkeypatch.setattr(services, "check_limits", lambda *a, **k: None)
     LeasingMachine.pool = pool
     machine = LeasingMachine()

@@ -16,7 +16,7 @@ from portal.fleet.models import NodeHealth
 from portal.fleet.services import agent_for_node
 from portal.fleet.services.ingest import report_ingest
 from portal.inventory.models import Gpu, HcaPort, Node
-from portal.leasing import orchestration
+from portal.leasing.lifecycle import expiry, placing, provisioning, releasing
 from portal.leasing.models import LeaseEvent
 from portal.leasing.models import LeaseState as S
 from portal.leasing.simulation import report_for
@@ -45,10 +45,10 @@ def report_with_cleaning(node: Node, applied: int, checks: list[dict[str, Any]])
 def test_unclean_gpu_is_quarantined_not_released(pool: dict[str, Any]) -> None:
     first, node, second = _back_to_back(pool)
     clock.advance(first.end_at - clock.now())
-    assert orchestration.start_due_reservations() == 1
-    orchestration.provision(second.pk)
-    assert orchestration.expire_due() == 1
-    orchestration.teardown(first.pk)
+    assert provisioning.start_due_reservations() == 1
+    provisioning.provision(second.pk)
+    assert expiry.expire_due() == 1
+    releasing.teardown(first.pk)
     checks = [_check(i, grant_id(first), i != 3, clock.now().timestamp()) for i in range(8)]
     report_with_cleaning(node, generation(node), checks)  # teardown applied; GPU 3 unclean
     assert state(first) == S.EXPIRED
@@ -60,7 +60,7 @@ def test_unclean_gpu_is_quarantined_not_released(pool: dict[str, Any]) -> None:
     assert grant_id(second) not in granted(node)
     assert AuditLog.objects.filter(action="fleet.gpu_unclean").count() == 1
     assert any(a["key"] == "gpu:3" for a in NodeHealth.objects.get(node=node).alerts)
-    orchestration.run_schedule_pass()  # 7 healthy GPUs left there: the 8-GPU lease waits
+    placing.run_schedule_pass()  # 7 healthy GPUs left there: the 8-GPU lease waits
     report_with_cleaning(node, generation(node), checks)
     assert not LeaseEvent.objects.filter(lease=second, to_state=S.ACTIVE).exists()
     assert grant_id(second) not in granted(node)
@@ -75,10 +75,10 @@ def test_unclean_gpu_is_quarantined_not_released(pool: dict[str, Any]) -> None:
 def test_clean_teardown_hands_the_gpus_over(pool: dict[str, Any]) -> None:
     first, node, second = _back_to_back(pool)
     clock.advance(first.end_at - clock.now())
-    orchestration.start_due_reservations()
-    orchestration.provision(second.pk)
-    orchestration.expire_due()
-    orchestration.teardown(first.pk)
+    provisioning.start_due_reservations()
+    provisioning.provision(second.pk)
+    expiry.expire_due()
+    releasing.teardown(first.pk)
     checks = [_check(i, grant_id(first), True, clock.now().timestamp()) for i in range(8)]
     report_with_cleaning(node, generation(node), checks)
     assert granted(node) == {grant_id(second): list(range(8))}

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from django.core import mail
 
-from portal.core import demo
+from portal.web import demo
 
 
 @pytest.fixture

@@ -70,13 +70,15 @@ def test_order_beyond_quota_gets_the_services_message(alice: Client) -> None:
     assert response.status_code == 400
     assert response.context["form"].errors
     assert "quota" in errors_of(response).lower()
-    assert not Lease.objects.exists()
+    # Issue 12 (ADR 0132): the refused order is kept, REJECTED with the services' reason.
+    rejected = Lease.objects.get()
+    assert rejected.state == "rejected" and "quota" in rejected.state_reason.lower()
 
 
 def test_order_too_long_is_refused(alice: Client) -> None:
     response = alice.post(reverse("web:order"), order_form(duration_hours="100"))
     assert response.status_code == 400
-    assert not Lease.objects.exists()
+    assert list(Lease.objects.values_list("state", flat=True)) == ["rejected"]  # ADR 0132
 
 
 def test_preview_shows_price_and_fit(alice: Client) -> None:

@@ -9,7 +9,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandParser
 
-from portal.core import demo
+from portal.web import demo
 
 
 class Command(BaseCommand):

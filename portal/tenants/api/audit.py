@@ -1,3 +1,5 @@
+"""The audit-log API (the entries are core's; who may read them is the tenants app's)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -5,7 +7,7 @@ from typing import Any
 from rest_framework import serializers, viewsets
 
 from portal.core.models import AuditLog
-from portal.core.selectors import audit_list
+from portal.tenants.selectors import audit_list
 
 
 class AuditLogSerializer(serializers.ModelSerializer[AuditLog]):

@@ -1,0 +1,113 @@
+"""Provisioning: a placed lease's desired state is written, then it waits for its nodes
+(and for the previous holders of its GPU slots: the fenced handover, ADR 0104)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from django.db import transaction
+
+from portal.core import clock
+from portal.core.crash import crashpoint
+from portal.leasing import handover, notify, states
+from portal.leasing.lifecycle import dispatch, pushing, timing
+from portal.leasing.models import LOCK_SKIP, Lease
+from portal.leasing.models import LeaseState as S
+
+
+def start(lease: Lease, now: datetime, *, fields: tuple[str, ...] = (),
+          data: dict[str, object] | None = None) -> None:
+    """→ PROVISIONING (from a placement or a due reservation); the push follows on commit."""
+    lease.provision_deadline = now + timing.provision_timeout()
+    lease.provision_targets, lease.handover_pending = {}, False
+    states.transition(lease, S.PROVISIONING, reason="placed", data=data,
+                      fields=(*fields, "provision_deadline", "provision_targets",
+                              "handover_pending"))
+    dispatch.step_on_commit("provision", lease.pk)
+
+
+def provision(lease_id: object) -> None:
+    """Write the desired state for the lease's nodes and the fabric (idempotent)."""
+    with transaction.atomic():
+        lease = pushing.lock(lease_id)
+        if lease is None or lease.state != S.PROVISIONING or lease.provision_targets:
+            return
+        _push(lease)
+        crashpoint("provision.after_push")
+
+
+def _push(lease: Lease, *, fields: tuple[str, ...] = ()) -> None:
+    """Push the lease's nodes. The fence is read BEFORE the push: slots only ever become
+    free, so if it reads clear, the push granted every slot (see ``handover``)."""
+    lease.handover_pending = handover.is_fenced(lease)
+    lease.provision_targets = pushing.push(lease)
+    lease.save(update_fields=["provision_targets", "handover_pending", "updated", *fields])
+
+
+def check_provisioned(lease_id: object) -> None:
+    """PROVISIONING → ACTIVE once every node has applied the push (and no slot is fenced);
+    past the deadline: retried elsewhere once, then failed."""
+    with transaction.atomic():
+        lease = pushing.lock(lease_id)
+        if lease is None or lease.state != S.PROVISIONING or not lease.provision_targets:
+            return
+        now = clock.now()
+        if lease.handover_pending:
+            _handover(lease, now)  # pushed again once free (maybe already applied), or not
+            if lease.handover_pending or lease.state != S.PROVISIONING:
+                return
+        if pushing.converged(lease.provision_targets):
+            crashpoint("provision.before_active")
+            lease.active_at = now
+            states.transition(lease, S.ACTIVE, reason="all nodes converged",
+                              fields=("active_at",))
+            notify.lease_changed(lease)
+            dispatch.expiry_on_commit(lease.pk, lease.end_at)
+        elif lease.provision_deadline and now > lease.provision_deadline:
+            _timed_out(lease)
+
+
+def _handover(lease: Lease, now: datetime) -> None:
+    """A lease pushed without some slots: once their previous holders are gone, push
+    again (with a fresh deadline) and wait for that; until then it is never ACTIVE."""
+    if not handover.is_fenced(lease):
+        lease.provision_deadline = now + timing.provision_timeout()
+        _push(lease, fields=("provision_deadline",))
+        states.record(lease, "handover", reason="previous holders' teardown observed")
+    elif lease.provision_deadline and now > lease.provision_deadline:
+        _timed_out(lease)
+
+
+def _timed_out(lease: Lease) -> None:
+    lease.provision_attempts += 1
+    if lease.provision_attempts < timing.MAX_PROVISION_ATTEMPTS:
+        lease.provision_targets = {}
+        states.transition(lease, S.QUEUED, reason="nodes did not converge; retrying elsewhere",
+                          fields=("provision_attempts", "provision_targets"))
+        pushing.withdraw(lease)
+        dispatch.schedule_pass_on_commit()
+    else:
+        lease.release_kind = S.FAILED
+        lease.ended_at = clock.now()
+        lease.teardown_deadline = lease.ended_at + timing.release_timeout()
+        states.transition(lease, S.RELEASING, reason="provisioning failed",
+                          fields=("provision_attempts", "release_kind", "ended_at",
+                                  "teardown_deadline"))
+        lease.provision_targets = {}
+        lease.save(update_fields=["provision_targets"])
+        pushing.withdraw(lease)
+        dispatch.step_on_commit("teardown", lease.pk)
+    notify.lease_changed(lease)
+
+
+def start_due_reservations() -> int:
+    """SCHEDULED leases whose start has come begin provisioning (reconciler)."""
+    started = 0
+    now = clock.now()
+    with transaction.atomic():
+        for lease in Lease.objects.select_for_update(**LOCK_SKIP).filter(
+                state=S.SCHEDULED, start_at__lte=now):
+            start(lease, now)
+            notify.lease_changed(lease)
+            started += 1
+    return started

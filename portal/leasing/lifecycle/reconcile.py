@@ -1,0 +1,117 @@
+"""Driving the lifecycle: the named lease steps, the convergence event, and the
+reconciler — the backstop that re-drives everything in a transitional state, so
+convergence never depends on a message surviving in Redis."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, transaction
+
+from portal.core.errors import ApplicationError
+from portal.fleet import hooks
+from portal.fleet import services as fleet
+from portal.fleet.models import NodeDesiredState
+from portal.inventory.models import Node
+from portal.leasing import desired, states
+from portal.leasing.lifecycle import dispatch, expiry, placing, provisioning, releasing
+from portal.leasing.models import Allocation, Lease
+from portal.leasing.models import LeaseState as S
+
+log = logging.getLogger(__name__)
+
+# The steps a ``lease_step`` task runs by name, and the step each one is followed by.
+STEPS: dict[str, Callable[[object], None]] = {
+    "provision": provisioning.provision,
+    "check_provisioned": provisioning.check_provisioned,
+    "teardown": releasing.teardown,
+    "check_released": releasing.check_released,
+}
+FOLLOW_UP = {"provision": "check_provisioned", "teardown": "check_released"}
+
+
+def run_step(step: str, lease_id: object) -> str | None:
+    """Run one named step; the step that should follow it, if any."""
+    STEPS[step](lease_id)
+    return FOLLOW_UP.get(step)
+
+
+def node_converged(node_id: int) -> None:
+    """A node's observed state changed (``fleet.hooks``): move what waits for it, in the
+    report's transaction. Teardowns first, so a GPU handed over is pushed at once."""
+    on_node = Allocation.objects.filter(node_id=node_id).values("lease_id")
+    for step, state in ((releasing.check_released, S.RELEASING),
+                        (provisioning.check_provisioned, S.PROVISIONING)):
+        for lease_id in Lease.objects.filter(pk__in=on_node, state=state).order_by(
+                "created").values_list("pk", flat=True):
+            step(lease_id)
+
+
+def check_leases_on(node_ids: list[Any]) -> None:
+    """What a convergence event on each node does (tests and the demo drive it)."""
+    for node_id in node_ids:
+        node_converged(node_id)
+
+
+def reconcile_once() -> dict[str, int]:
+    """Expire, start due reservations, warn, re-drive converging leases, re-push drifted
+    nodes, and run a pass if anything is queued."""
+    # Expiry first: a reservation due now must find the lease it follows already releasing.
+    counts = {"expired": expiry.expire_due()}
+    counts["started"] = provisioning.start_due_reservations()
+    counts["warned"] = expiry.warn_expiring()
+    counts["expiries_scheduled"] = expiry.schedule_near_expiries()
+    for lease in Lease.objects.filter(state__in=sorted(states.CONVERGING)).only(
+            "id", "state", "provision_targets"):
+        if lease.state == S.PROVISIONING:
+            step = "check_provisioned" if lease.provision_targets else "provision"
+        else:
+            step = "check_released" if lease.provision_targets else "teardown"
+        follow = run_step(step, lease.pk)
+        if follow:
+            run_step(follow, lease.pk)
+    counts["repushed"] = repush_drifted_nodes()
+    if Lease.objects.filter(state=S.QUEUED).exists():
+        counts.update(placing.run_schedule_pass())
+    return counts
+
+
+def repush_drifted_nodes() -> int:
+    """Backstop for a failed push (``access_push`` only logs one): re-derive the desired
+    state of every node that grants something (a granting lease there, or grants in its
+    stored document) and push those whose stored content hash differs from the derived
+    one. Unchanged nodes are neither locked nor written."""
+    granting = Allocation.objects.filter(live=True, lease__state__in=desired.GRANTING)
+    stored = {row.node_id: row.document or {} for row in NodeDesiredState.objects.all()}
+    with_grants = [pk for pk, doc in stored.items() if doc.get("access_grants")]
+    nodes = Node.objects.filter(pk__in=set(granting.values_list("node_id", flat=True))
+                                | set(with_grants)).order_by("hostname")
+    drifted = [n for n in nodes if desired.node_drifted(n, stored.get(n.pk, {}))]
+    pushed: list[str] = []
+    for node in drifted:  # one node per transaction, as access_push does
+        try:
+            with transaction.atomic():
+                desired.push_node(node)
+        except (DatabaseError, ApplicationError):
+            log.exception("re-push to node %s failed; the next beat tries again",
+                          node.hostname)
+            continue
+        log.warning("desired state of %s had drifted from its leases: re-pushed",
+                    node.hostname)
+        pushed.append(str(node.pk))
+    if pushed and settings.GPUPOOL_SIMULATED_AGENTS:
+        dispatch.simulated_agents_on_commit(pushed)
+    return len(pushed)
+
+
+def simulate_agents(node_ids: list[str]) -> None:
+    """The simulated agents of the demo: apply desired state, then the same convergence
+    event a real agent's report raises (``fleet.hooks``)."""
+    for node in Node.objects.filter(pk__in=node_ids):
+        # Applied and committed first: the apply holds the node's desired-state row, which a
+        # provisioning step takes after its lease row (the event then takes lease rows).
+        fleet.simulate_apply(node=node)
+        hooks.node_converged(node.pk)
