@@ -7,7 +7,7 @@ kept is built by the adapter, ``allocation._static``; this module only knows whe
 still valid).
 
 Validation is one indexed query per use. On PostgreSQL, triggers (migration
-``0004_passscale_schedcache``) append a row stamped with the writing transaction's id to
+``0005_passscale_schedcache``) append a row stamped with the writing transaction's id to
 ``leasing_schedchange`` whenever a watched column changes, whoever writes it (another
 process, raw SQL, a bulk update). A cache remembers which transactions its reads could
 not see (those running when it began, and all later ones: ``pg_current_snapshot()``):

@@ -3,7 +3,7 @@
 The core charges each tenant the GPU-seconds of its leases, halved every half-life since
 each ended (``scheduler.fairshare.decayed_usage``). Re-reading every lease ever run each
 pass grows with history; instead, on PostgreSQL, a trigger (migration
-``0004_passscale_schedcache``) folds a lease into ``leasing_tenantusage`` when it ends:
+``0005_passscale_schedcache``) folds a lease into ``leasing_tenantusage`` when it ends:
 per tenant one decayed sum ``S`` valid at ``at_s``. Because decay is a factor, ``S``
 handed to the core as one record ending at ``at_s`` decays exactly as its parts would.
 Leases still running (``active_at`` set, ``ended_at`` not) are charged up to ``now`` as

@@ -173,7 +173,7 @@ def backwards(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("leasing", "0003_lifecycle_handover_fence"),
+        ("leasing", "0004_lifecycle_notice_state"),
         ("inventory", "0003_storage_endpoints"),
         ("tenants", "0005_membership_invitations"),
     ]
