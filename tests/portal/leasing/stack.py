@@ -474,7 +474,7 @@ def check_invariants(stack: Stack) -> list[str]:
     rows = q("""SELECT l.id, l.state, COUNT(a.id), l.gpu_count * l.nodes * l.gpu_milli / 125
                 FROM leasing_lease l LEFT JOIN leasing_allocation a
                   ON a.lease_id = l.id AND a.live
-                WHERE l.state IN ('scheduled', 'provisioning', 'active')
+                WHERE l.state IN ('scheduled', 'provisioning', 'active', 'notice')
                 GROUP BY l.id HAVING COUNT(a.id) <> l.gpu_count * l.nodes * l.gpu_milli / 125
                 LIMIT 5""")
     problems += [f"holding lease with wrong allocation: {r}" for r in rows]
@@ -485,7 +485,7 @@ def check_invariants(stack: Stack) -> list[str]:
     for node_id, lease_hex in q("""SELECT DISTINCT a.node_id, replace(l.id::text, '-', '')
                                    FROM leasing_allocation a
                                    JOIN leasing_lease l ON l.id = a.lease_id
-                                   WHERE a.live AND l.state IN ('provisioning', 'active')"""):
+                                   WHERE a.live AND l.state IN ('provisioning', 'active', 'notice')"""):
         wanted.setdefault(node_id, set()).add(f"ls_{lease_hex[:16]}")
     seen_nodes = set()
     for node_id, generation, doc in docs:
