@@ -81,13 +81,12 @@ bench-longpoll: $(STAMP)
 	$(PY) -m tests.bench.longpoll_idle --nodes 200 --long-poll 10 --timeouts 3
 
 # agents over HTTP (agents.simfleet, GPUPOOL_SIMULATED_AGENTS=0): the production path
-## order → active over the agent protocol (HTTP agent simulator; docs/adr/0140). 1,000 nodes at
-## the portal's own intervals (reports 10 s, long-poll 30 s); 10,000 nodes at what the portal
-## should tell a fleet that size (reports every nodes/100 s = 100 s: 100 reports/s either way).
+## order → active over the agent protocol (HTTP agent simulator; docs/adr/0140, 0160), at the
+## intervals the portal gives a fleet that size (reports every max(10 s, nodes / 50), long-poll
+## clamp(nodes / 100, 30 s, 120 s): 20 s / 30 s at 1,000 nodes, 200 s / 100 s at 10,000).
 bench-latency: $(STAMP)
 	$(PY) -m tests.bench.lease_latency --nodes 1000
-	$(PY) -m tests.bench.lease_latency --nodes 10000 --report-interval 100 --long-poll 60 \
-	  --orders 20 --idle-timeouts 1
+	$(PY) -m tests.bench.lease_latency --nodes 10000 --orders 20 --idle-timeouts 1
 
 .PHONY: bench-latency-demo
 bench-latency-demo: $(STAMP)

@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import heapq
 import json
+import math
 import random
 import signal
 import sys
@@ -36,6 +37,7 @@ from agents.simhttp import HttpError, Pool, Response
 from agents.simnode import SimNode, telemetry_template
 from agents.simstats import Stats
 
+MIN_REPORT_INTERVAL_S = 10
 ENROL_TIMEOUT_S = 120.0  # an enrolment answered late is still an enrolment: do not resend
 
 
@@ -81,7 +83,7 @@ class Fleet:
         self.paused = False
         self.started = time.monotonic()
         self.rng = random.Random(args.seed)
-        self.due: list[tuple[float, int, int]] = []  # (when, node index, cycle)
+        self.due: list[tuple[float, int]] = []  # (when, node index)
         self.epoch = time.monotonic()
         self.tasks: set[asyncio.Task[None]] = set()
         self.interval_known = asyncio.Event()
@@ -121,28 +123,35 @@ class Fleet:
 
     def _enrolled(self, node: SimNode, data: dict[str, Any]) -> None:
         node.node_id, node.credential = data["node_id"], data["credential"]
-        if not self.long_poll_s:
-            self.long_poll_s = int(data.get("long_poll_timeout_s") or 30)
-        if not self.report_interval_s:
-            self.report_interval_s = float(data.get("heartbeat_interval_s") or 10)
+        self._follow(data)
         self.interval_known.set()
         self.stats.count("enrolled")
-        self._schedule(node, cycle=self._cycle_now(node))
+        self._schedule(node, after=time.monotonic())
 
-    def _cycle_now(self, node: SimNode) -> int:
-        """The first cycle whose slot for ``node`` is still ahead."""
-        elapsed = time.monotonic() - self.epoch
-        return int(elapsed // self.report_interval_s) + (
-            1 if self._offset(node, 0.0) < elapsed % self.report_interval_s else 0)
+    def _follow(self, answer: dict[str, Any]) -> None:
+        """Take the intervals an enrolment answer or a report ack carries, as the agent
+        does (``PortalClient._follow``), unless the command line fixed them."""
+        said = protocol.interval_advice(answer)
+        if not self.args.long_poll and said.long_poll_s:
+            self.long_poll_s = said.long_poll_s
+        if not self.args.report_interval and said.heartbeat_s:
+            self.report_interval_s = float(max(said.heartbeat_s, MIN_REPORT_INTERVAL_S))
+        self.long_poll_s = self.long_poll_s or 30
+        self.report_interval_s = self.report_interval_s or float(MIN_REPORT_INTERVAL_S)
 
     def _offset(self, node: SimNode, jitter: float) -> float:
         slot = self.report_interval_s / max(1, len(self.nodes))
         return (node.index + 0.5 + jitter) * slot
 
-    def _schedule(self, node: SimNode, cycle: int) -> None:
+    def _schedule(self, node: SimNode, after: float, done: bool = False) -> None:
+        """``node``'s next slot of the (current) interval after ``after``, jittered;
+        ``done``: ``after`` was one of its (jittered) slots, so take the one after it."""
         j = self.rng.uniform(-self.args.jitter, self.args.jitter)
-        when = self.epoch + cycle * self.report_interval_s + self._offset(node, j)
-        heapq.heappush(self.due, (when, node.index, cycle))
+        interval = self.report_interval_s
+        cycles = (after - self.epoch - self._offset(node, 0.0)) / interval
+        cycle = (round(cycles) if done else math.floor(cycles)) + 1
+        when = self.epoch + cycle * interval + self._offset(node, j)
+        heapq.heappush(self.due, (when, node.index))
 
     async def report(self, node: SimNode, why: str = "reports") -> None:
         async with node.lock:  # one at a time per node, in seq order (as the spool sends)
@@ -150,6 +159,8 @@ class Fleet:
             resp = await self.call(node, "POST", protocol.REPORTS_PATH.format(
                 node_id=node.node_id), "report", body)
             self.stats.count(why if resp is not None else f"{why}_failed")
+            if resp is not None:
+                self._follow(json.loads(resp.content))
 
     async def long_poll(self, node: SimNode) -> None:
         delay = 1.0
@@ -193,11 +204,11 @@ class Fleet:
         while True:
             now = time.monotonic()
             while self.due and self.due[0][0] <= now:
-                _, index, cycle = heapq.heappop(self.due)
+                when, index = heapq.heappop(self.due)
                 node = self.nodes[index]
                 if not self.paused and not node.lock.locked():
                     self._spawn(self.report(node))
-                self._schedule(node, cycle + 1)
+                self._schedule(node, after=when, done=True)
             wait = self.due[0][0] - now if self.due else 0.1
             await asyncio.sleep(min(max(wait, 0.0), 0.1))
 

@@ -68,9 +68,11 @@ class FakeNode:
 
 
 class FakePortal:
-    def __init__(self, clock: Any = time.time, heartbeat_interval_s: int = 10) -> None:
+    def __init__(self, clock: Any = time.time, heartbeat_interval_s: int = 10,
+                 long_poll_timeout_s: int = 30) -> None:
         self.clock = clock
-        self.heartbeat_interval_s = heartbeat_interval_s
+        self.heartbeat_interval_s = heartbeat_interval_s  # a test may change them: a fleet
+        self.long_poll_timeout_s = long_poll_timeout_s  # that grew (§8)
         self.bootstrap_tokens: dict[str, FakeToken] = {}
         self.holds: dict[str, FakeHold] = {}  # bootstrap token -> held takeover
         self.nodes: dict[str, FakeNode] = {}
@@ -220,7 +222,7 @@ class FakePortal:
         return httpx.Response(201, json={
             "protocol": protocol.PROTOCOL_VERSION, "node_id": node.node_id,
             "credential": credential, "heartbeat_interval_s": self.heartbeat_interval_s,
-            "long_poll_timeout_s": 30,
+            "long_poll_timeout_s": self.long_poll_timeout_s,
         })  # fmt: skip
 
     def _throttle(self, scope: str, secret: str) -> None:
@@ -283,6 +285,8 @@ class FakePortal:
         return httpx.Response(200, json={
             "protocol": protocol.PROTOCOL_VERSION, "seq": seq, "status": status,
             "desired_generation": node.generation, "rotate_credential": rotate,
+            "heartbeat_interval_s": self.heartbeat_interval_s,
+            "long_poll_timeout_s": self.long_poll_timeout_s,
         })  # fmt: skip
 
     def _desired(self, request: httpx.Request, node_id: str) -> httpx.Response:

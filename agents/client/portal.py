@@ -53,6 +53,7 @@ class PortalClient:
                  verify: bool | str = True, hold: HoldOff | None = None) -> None:  # fmt: skip
         self.credential = credential
         self.hold = hold or HoldOff()
+        self.advice = protocol.IntervalAdvice(None, None)  # the portal's last word on them
         self.http = httpx.Client(
             base_url=base_url.rstrip("/"), transport=transport, timeout=timeout_s, verify=verify
         )
@@ -92,12 +93,22 @@ class PortalClient:
     def enrol(self, request: protocol.EnrolRequest) -> Credential:
         data = self._call("POST", protocol.ENROL_PATH, request).json()
         self.credential = Credential(node_id=data["node_id"], credential=data["credential"])
+        self._follow(data)
         return self.credential
 
     def send_report(self, report: dict[str, Any]) -> dict[str, Any]:
         path = protocol.REPORTS_PATH.format(node_id=self._node_id())
         ack: dict[str, Any] = self._call("POST", path, report).json()
+        self._follow(ack)
         return ack
+
+    def _follow(self, answer: Any) -> None:
+        """Keep the intervals an answer carries (each one only where it says it)."""
+        if not isinstance(answer, dict):
+            return
+        said = protocol.interval_advice(answer)
+        self.advice = protocol.IntervalAdvice(said.heartbeat_s or self.advice.heartbeat_s,
+                                              said.long_poll_s or self.advice.long_poll_s)
 
     def desired_state(self, after_generation: int, wait_s: int = 0) -> dict[str, Any] | None:
         """The desired state if its generation > ``after_generation``; None on 204."""

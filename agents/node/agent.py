@@ -105,6 +105,18 @@ class NodeAgent:
         self._save_credential(cred)
         log.info("enrolled", extra={"node_id": cred.node_id})
 
+    # --- intervals: the portal's, as the fleet grows (§8, ADR 0160) -------------------
+    @property
+    def report_interval_s(self) -> float:
+        """Regular reports: the configured interval, or the portal's when it asks for
+        fewer (a large fleet); converged reports never wait for it."""
+        return max(self.s.report_interval_s, float(self.client.advice.heartbeat_s or 0))
+
+    @property
+    def long_poll_s(self) -> int:
+        """The portal's long-poll timeout when it has said one, else the configured."""
+        return self.client.advice.long_poll_s or self.s.long_poll_s
+
     # --- loop ----------------------------------------------------------------------
     def tick(self) -> float:
         """Do whatever is due; return seconds until something is due again."""
@@ -124,7 +136,7 @@ class NodeAgent:
         self._watch(now)
         if now >= self.next_report or self.wake.is_set():
             self._spool_report()
-            self.next_report = now + self.s.report_interval_s
+            self.next_report = now + self.report_interval_s
         if now >= self.next_send or self.wake.is_set():
             self.wake.clear()
             self.flush(now)
@@ -212,7 +224,7 @@ class NodeAgent:
             self.spool.pop(int(report["seq"]))
             self.sent += 1
             self.backoff.reset()
-            self.next_send = now + self.s.report_interval_s
+            self.next_send = now + self.report_interval_s
             self._after_ack(ack)
 
     def _failed(self, now: float, exc: PortalError) -> None:
@@ -309,7 +321,7 @@ class NodeAgent:
                 stop.wait(1.0)
                 continue
             try:
-                self.poll_desired(self.s.long_poll_s)
+                self.poll_desired(self.long_poll_s)
                 backoff.reset()
             except PortalError:
                 stop.wait(backoff.next_delay())

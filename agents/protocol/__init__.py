@@ -31,8 +31,10 @@ from agents.protocol.messages import (
     EnrolRequest,
     EnrolResponse,
     ErrorBody,
+    IntervalAdvice,
     ReportAck,
     error_body,
+    interval_advice,
 )
 from agents.protocol.schema import Problem
 from agents.protocol.wire import (
@@ -42,6 +44,7 @@ from agents.protocol.wire import (
     DESIRED_STATE_PATH,
     ENROL_PATH,
     ERROR_CODES,
+    MAX_HEARTBEAT_S,
     MAX_LONG_POLL_S,
     MAX_TELEMETRY_PER_REPORT,
     MEMBERSHIPS,
@@ -55,9 +58,9 @@ from agents.protocol.wire import (
 __all__ = [
     "API_PREFIX", "AUTH_HEADER", "CREDENTIAL", "CREDENTIAL_PATH", "DESIRED_QUERY",
     "DESIRED_STATE_PATH", "ENROL", "ENROL_PATH", "ENV_NAME_RE", "ENV_VALUE_RE", "ERROR_CODES",
-    "MAX_LONG_POLL_S", "MAX_TELEMETRY_PER_REPORT", "MEMBERSHIPS", "PROTOCOL_VERSION",
-    "REPORT", "REPORTS_PATH", "RETRY_AFTER_CODES", "RETRY_AFTER_HEADER", "ROLES", "TS_MAX",
-    "CredentialRotation", "EnrolRequest", "EnrolResponse", "ErrorBody", "Problem",
-    "ReportAck", "error_body", "schema", "validate_desired_state", "validate_enrol",
-    "validate_report",
+    "MAX_HEARTBEAT_S", "MAX_LONG_POLL_S", "MAX_TELEMETRY_PER_REPORT", "MEMBERSHIPS",
+    "PROTOCOL_VERSION", "REPORT", "REPORTS_PATH", "RETRY_AFTER_CODES", "RETRY_AFTER_HEADER",
+    "ROLES", "TS_MAX", "CredentialRotation", "EnrolRequest", "EnrolResponse", "ErrorBody",
+    "IntervalAdvice", "Problem", "ReportAck", "error_body", "interval_advice", "schema",
+    "validate_desired_state", "validate_enrol", "validate_report",
 ]

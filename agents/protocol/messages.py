@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict
+from collections.abc import Mapping
+from typing import Any, NamedTuple, NotRequired, TypedDict
 
 from agents.protocol.schema import Problem
+from agents.protocol.wire import MAX_HEARTBEAT_S, MAX_LONG_POLL_S
 
 
 class ErrorBody(TypedDict):
@@ -35,6 +37,8 @@ class ReportAck(TypedDict):
     status: str  # "accepted" | "duplicate"
     desired_generation: int
     rotate_credential: NotRequired[bool]
+    heartbeat_interval_s: NotRequired[int]  # the fleet's current intervals (§8)
+    long_poll_timeout_s: NotRequired[int]
 
 
 class CredentialRotation(TypedDict):
@@ -45,3 +49,23 @@ class CredentialRotation(TypedDict):
 
 def error_body(code: str, message: str, details: list[Problem] | None = None) -> ErrorBody:
     return {"error": {"code": code, "message": message, "details": details or []}}
+
+
+class IntervalAdvice(NamedTuple):
+    """What the portal last told the agent about its intervals (§8, §9); ``None``: not
+    said (an older portal) or out of bounds."""
+
+    heartbeat_s: int | None
+    long_poll_s: int | None
+
+
+def interval_advice(answer: Mapping[str, Any]) -> IntervalAdvice:
+    """The intervals an enrolment response or a report acknowledgement carries."""
+    return IntervalAdvice(_bounded(answer.get("heartbeat_interval_s"), MAX_HEARTBEAT_S),
+                          _bounded(answer.get("long_poll_timeout_s"), MAX_LONG_POLL_S))
+
+
+def _bounded(value: Any, most: int) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        return None
+    return value

@@ -14,7 +14,8 @@ DESIRED_STATE_PATH = API_PREFIX + "/nodes/{node_id}/desired-state"
 CREDENTIAL_PATH = API_PREFIX + "/nodes/{node_id}/credential"
 AUTH_HEADER = "Authorization"  # "Bearer <credential>"
 RETRY_AFTER_HEADER = "Retry-After"  # whole seconds, on 429 and 409 pending_approval
-MAX_LONG_POLL_S = 60
+MAX_LONG_POLL_S = 120  # the portal's long_poll_timeout_s grows with the fleet (§8)
+MAX_HEARTBEAT_S = 3600
 MAX_TELEMETRY_PER_REPORT = 120
 
 ROLES = ("node", "fabric")

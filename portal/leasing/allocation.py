@@ -20,8 +20,8 @@ from django.db.models import Count
 
 import scheduler as core
 from portal.core import clock
+from portal.fleet import intervals
 from portal.fleet.selectors import unreachable_node_ids
-from portal.fleet.services.health import DEFAULT_UNREACHABLE_AFTER_S
 from portal.inventory.models import Gpu, HcaPort, Node, SwitchLink
 from portal.leasing import schedcache, states, usage
 from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, Quota
@@ -144,12 +144,12 @@ def _nodes(static: Static | None = None) -> tuple[core.Node, ...]:
 def _unreachable() -> set[int]:
     """Nodes not offered (cordoned in the snapshot; their leases stay): the fleet's
     unreachable verdict, and, with real agents, every node whose agent has not reported
-    for ``GPUPOOL_AGENT_UNREACHABLE_AFTER_S`` (the health sweep only runs every 15 s).
+    for ``intervals.current().unreachable_after_s`` (the health sweep only runs every 15 s).
     Simulated agents (the demo) apply at once and always count as reachable."""
     silent = unreachable_node_ids()
     if settings.GPUPOOL_SIMULATED_AGENTS:
         return silent
-    after = getattr(settings, "GPUPOOL_AGENT_UNREACHABLE_AFTER_S", DEFAULT_UNREACHABLE_AFTER_S)
+    after = intervals.current().unreachable_after_s
     cutoff = clock.now() - timedelta(seconds=after)
     stale = Node.objects.exclude(last_heartbeat__gte=cutoff).values_list("pk", flat=True)
     return silent | set(stale)

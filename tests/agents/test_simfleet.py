@@ -119,7 +119,7 @@ def test_regular_reports_are_spread_evenly_one_slot_per_node(tmp_path: Path) -> 
 
         fleet.report = report  # type: ignore[method-assign]
         for node in nodes:
-            fleet._schedule(node, cycle=0)
+            fleet._schedule(node, after=fleet.epoch)
         fleet.interval_known.set()
         task = asyncio.create_task(fleet.heartbeats())
         await asyncio.sleep(interval * 1.5)
@@ -133,3 +133,28 @@ def test_regular_reports_are_spread_evenly_one_slot_per_node(tmp_path: Path) -> 
         assert i * slot - 0.15 <= t <= (i + 1) * slot + 0.15  # in its own slot (+ tick)
     gaps = [b[0] - a[0] for a, b in zip(sorted(first), sorted(first)[1:], strict=False)]
     assert max(gaps) < 0.2  # no bunching, no long silence
+
+
+def test_simulator_follows_the_intervals_the_portal_gives(tmp_path: Path) -> None:
+    """As the agent does (ADR 0160): the enrolment's and every ack's intervals, unless the
+    command line fixes them; a changed interval moves the next slot, not the cycle count."""
+    from agents.simfleet import Fleet
+
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("t0\nt1")
+    template = telemetry_template("h100x8")
+    nodes = [SimNode.build(i, f"n{i}", "t", None, template, "1") for i in range(2)]
+    base = ["--portal", "http://127.0.0.1:9", "--nodes", "2", "--tokens-file", str(tokens)]
+    fleet = Fleet(parser_for_tests().parse_args(base), nodes)
+    fleet._follow({"heartbeat_interval_s": 10, "long_poll_timeout_s": 30})
+    assert (fleet.report_interval_s, fleet.long_poll_s) == (10, 30)
+    fleet._follow({"status": "accepted", "heartbeat_interval_s": 200,
+                   "long_poll_timeout_s": 100})
+    assert (fleet.report_interval_s, fleet.long_poll_s) == (200, 100)
+    fleet._schedule(nodes[1], after=fleet.epoch + 1_000.0)
+    when, index = fleet.due[0]
+    assert index == 1 and 1_000.0 < when - fleet.epoch <= 1_200.0 + 100.0
+    fixed = Fleet(parser_for_tests().parse_args(
+        [*base, "--report-interval", "5", "--long-poll", "20"]), nodes)
+    fixed._follow({"heartbeat_interval_s": 200, "long_poll_timeout_s": 100})
+    assert (fixed.report_interval_s, fixed.long_poll_s) == (5, 20)

@@ -17,7 +17,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, JsonR
 from django.views.decorators.csrf import csrf_exempt
 
 from portal.core.errors import ApplicationError
-from portal.fleet import jsonbody, protocol
+from portal.fleet import intervals, jsonbody, protocol
 from portal.fleet.api import longpoll
 from portal.fleet.api.auth import agent_auth
 from portal.fleet.api.dbthread import run_db
@@ -28,8 +28,6 @@ from portal.fleet.services.enrolment import agent_enrol, credential_rotate
 from portal.fleet.services.ingest import report_ingest
 
 log = logging.getLogger("portal.fleet.agent_api")
-HEARTBEAT_INTERVAL_S = 10
-LONG_POLL_TIMEOUT_S = 30
 MAX_BODY_BYTES = 16 * 2**20
 PENDING_RETRY_S = 60
 
@@ -122,8 +120,7 @@ def enrol(request: HttpRequest) -> HttpResponse:
         raise AgentError("enrolment_denied", "an operator denied this enrolment")
     return JsonResponse({"protocol": 1, "node_id": result.agent.agent_id,
                          "credential": result.credential,
-                         "heartbeat_interval_s": HEARTBEAT_INTERVAL_S,
-                         "long_poll_timeout_s": LONG_POLL_TIMEOUT_S}, status=201)
+                         **intervals.current().wire()}, status=201)
 
 
 def _pending_retry_s() -> int:
@@ -136,7 +133,8 @@ def reports(request: HttpRequest, node_id: str) -> HttpResponse:
     body = _body(request, protocol.REPORT, "invalid_report")
     if body["node_id"] != node_id:
         raise AgentError("forbidden", "report is for another node")
-    return JsonResponse(report_ingest(agent=cred.agent, body=body))
+    return JsonResponse({**report_ingest(agent=cred.agent, body=body),
+                         **intervals.current().wire()})
 
 
 @agent_endpoint("POST")

@@ -43,14 +43,36 @@ def _sql() -> str:
     return f"SELECT {cols} FROM {source} WHERE {where}"  # noqa: S608 - model names only
 
 
+def _converters(model: type[models.Model]) -> list[tuple[int, Any, list[Any]]]:
+    """Per column, what Django's compiler would apply to a raw value: the backend's
+    converters (SQLite: text → aware datetime) and the field's (JSON decoding)."""
+    out = []
+    for i, field in enumerate(model._meta.concrete_fields):
+        col = field.get_col(model._meta.db_table)
+        found = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+        if found:
+            out.append((i, col, found))
+    return out
+
+
 def _instance(model: type[models.Model], values: list[Any]) -> Any:
     if values[0] is None:  # LEFT JOIN found nothing
         return None
+    for i, col, converters in _converters_of(model):
+        for convert in converters:
+            values[i] = convert(values[i], col, connection)
     fields = model._meta.concrete_fields
-    for i, field in enumerate(fields):
-        if isinstance(field, models.JSONField) and values[i] is not None:
-            values[i] = field.from_db_value(values[i], None, connection)
     return model.from_db(connection.alias, [f.attname for f in fields], values)
+
+
+_CONVERTERS: dict[tuple[str, type[models.Model]], list[tuple[int, Any, list[Any]]]] = {}
+
+
+def _converters_of(model: type[models.Model]) -> list[tuple[int, Any, list[Any]]]:
+    key = (connection.vendor, model)
+    if key not in _CONVERTERS:
+        _CONVERTERS[key] = _converters(model)
+    return _CONVERTERS[key]
 
 
 def _split(row: tuple[Any, ...]) -> list[Any]:

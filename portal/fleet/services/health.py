@@ -11,12 +11,12 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
 
 from portal.core import clock
 from portal.core.services import audit_record
+from portal.fleet import intervals
 from portal.fleet.models import NodeHealth
 from portal.inventory.models import Gpu, Node
 
@@ -24,7 +24,6 @@ LOST, QUARANTINED = Gpu.Health.LOST, Gpu.Health.QUARANTINED
 CRITICAL_XIDS = {48: QUARANTINED, 79: LOST, 94: QUARANTINED, 95: QUARANTINED}
 RANK = {Gpu.Health.HEALTHY: 0, Gpu.Health.DEGRADED: 1, QUARANTINED: 2, LOST: 3}
 ERROR_COUNTERS = ("link_downed", "symbol_error", "port_rcv_errors")
-DEFAULT_UNREACHABLE_AFTER_S = 30  # 3 x the agents' 10 s heartbeat (§9)
 
 
 def _alert(key: str, kind: str, severity: str, message: str) -> dict[str, Any]:
@@ -67,8 +66,9 @@ def heartbeat(*, node: Node, now: datetime) -> None:
 
 @transaction.atomic
 def health_sweep() -> int:
-    """Flag enrolled nodes without a report for ``GPUPOOL_AGENT_UNREACHABLE_AFTER_S``."""
-    after = getattr(settings, "GPUPOOL_AGENT_UNREACHABLE_AFTER_S", DEFAULT_UNREACHABLE_AFTER_S)
+    """Flag enrolled nodes without a report for ``intervals.current().unreachable_after_s``
+    (``GPUPOOL_AGENT_UNREACHABLE_AFTER_S``, or 3 missed reports at the fleet's interval)."""
+    after = intervals.current().unreachable_after_s
     cutoff = clock.now() - timedelta(seconds=after)
     stale = (Node.objects.filter(agent__enrolled_at__isnull=False)
              .filter(Q(last_heartbeat__lt=cutoff)

@@ -67,35 +67,66 @@ def _node(hostname: str, host: dict[str, Any]) -> Node:
 
 
 def _sync_gpus(node: Node, gpus: list[dict[str, Any]]) -> None:
+    """Each GPU by NVML index, in a fixed number of statements: one read of the node's
+    GPUs, one of the UUIDs the report names, then one bulk update and one bulk insert."""
+    items = [g for g in gpus if isinstance(g.get("index"), int)
+             and not isinstance(g.get("index"), bool) and g["index"] >= 0]
     existing = {g.index: g for g in node.gpus.all()}
-    for item in gpus:
-        index = item.get("index")
-        if not isinstance(index, int) or isinstance(index, bool) or index < 0:
-            continue
-        model = catalog_model(str(item.get("name") or node.gpu_model))
-        uuid = str(item.get("uuid") or "")[:64]
-        if uuid and Gpu.objects.filter(uuid=uuid).exclude(node=node, index=index).exists():
-            log.warning("GPU %s already belongs to another slot; not moved", uuid)
-            uuid = ""
-        values = {"model": model, "pci_bus_id": str(item.get("pci_bus_id") or "")[:32]}
-        if uuid:
-            values["uuid"] = uuid
-        if item.get("memory_total_bytes"):
-            values["memory_mib"] = int(item["memory_total_bytes"]) // 2**20
+    owners = _uuid_owners(node, items)
+    changed: dict[int, Gpu] = {}
+    fields: set[str] = set()
+    created: list[Gpu] = []
+    for item in items:
+        index, values = item["index"], _gpu_values(node, item, owners)
         gpu = existing.get(index)
         if gpu is None:
-            layout = CATALOG[model].nvlink if model in CATALOG else "none"
-            values.setdefault("uuid", f"unknown-{node.hostname}-{index}"[:64])
-            values.setdefault("memory_mib", CATALOG[model].memory_mib if model in CATALOG else 0)
-            Gpu.objects.create(node=node, index=index, nvlink_domain=nvlink_domain(layout, index),
-                               **values)
-        else:
-            for key, value in values.items():
+            created.append(_new_gpu(node, index, values))
+            continue
+        for key, value in values.items():
+            if getattr(gpu, key) != value:
                 setattr(gpu, key, value)
-            gpu.save(update_fields=list(values))
-        if not node.gpu_model:
-            node.gpu_model = model
-            node.save(update_fields=["gpu_model"])
+                changed[index] = gpu
+                fields.add(key)
+    if changed:
+        Gpu.objects.bulk_update(list(changed.values()), sorted(fields))
+    if created:
+        Gpu.objects.bulk_create(created)
+    if not node.gpu_model and items:
+        node.gpu_model = catalog_model(str(items[0].get("name") or ""))
+        node.save(update_fields=["gpu_model"])
+
+
+def _uuid_owners(node: Node, items: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """UUID → (node pk, index) of the GPU rows that already carry a UUID the report names."""
+    uuids = {str(i.get("uuid") or "")[:64] for i in items} - {""}
+    if not uuids:
+        return {}
+    return {uuid: (node_id, index) for uuid, node_id, index in
+            Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "node_id", "index")}
+
+
+def _gpu_values(node: Node, item: dict[str, Any],
+                owners: dict[str, tuple[int, int]]) -> dict[str, Any]:
+    model = catalog_model(str(item.get("name") or node.gpu_model))
+    uuid = str(item.get("uuid") or "")[:64]
+    if uuid and owners.get(uuid, (node.pk, item["index"])) != (node.pk, item["index"]):
+        log.warning("GPU %s already belongs to another slot; not moved", uuid)
+        uuid = ""
+    values: dict[str, Any] = {"model": model,
+                              "pci_bus_id": str(item.get("pci_bus_id") or "")[:32]}
+    if uuid:
+        values["uuid"] = uuid
+    if item.get("memory_total_bytes"):
+        values["memory_mib"] = int(item["memory_total_bytes"]) // 2**20
+    return values
+
+
+def _new_gpu(node: Node, index: int, values: dict[str, Any]) -> Gpu:
+    model = values["model"]
+    layout = CATALOG[model].nvlink if model in CATALOG else "none"
+    values = {"uuid": f"unknown-{node.hostname}-{index}"[:64],
+              "memory_mib": CATALOG[model].memory_mib if model in CATALOG else 0, **values}
+    return Gpu(node=node, index=index, nvlink_domain=nvlink_domain(layout, index), **values)
 
 
 def _claimed_guids(node: Node, guids: list[str]) -> set[str]:
@@ -119,15 +150,34 @@ def _check_ports(node: Node, ports: list[dict[str, Any]]) -> None:
 
 
 def _sync_ports(node: Node, ports: list[dict[str, Any]]) -> None:
+    """Each HCA port by GUID: the check above, one read, one bulk update, one insert."""
     _check_ports(node, ports)
+    wanted: dict[str, dict[str, Any]] = {}
     for item in ports:
         port_guid = str(item.get("port_guid") or "").lower()
         if len(port_guid) != 18 or not port_guid.startswith("0x"):
             continue
         rate = item.get("rate_gbps")
-        HcaPort.objects.update_or_create(port_guid=port_guid, defaults={
+        wanted[port_guid] = {
             "node": node, "fabric": node.fabric, "device": str(item.get("device") or "")[:32],
             "port_number": int(item.get("port") or 1),
             "node_guid": guid_hex(str(item.get("node_guid") or "")),
             "rate": f"{rate:g} Gb/sec" if isinstance(rate, int | float) else "",
-        })
+        }
+    if not wanted:
+        return
+    existing = {p.port_guid: p for p in HcaPort.objects.filter(port_guid__in=list(wanted))}
+    changed: list[HcaPort] = []
+    for guid, values in wanted.items():
+        port = existing.get(guid)
+        if port is None:
+            continue
+        if any(getattr(port, k) != v for k, v in values.items()):
+            for key, value in values.items():
+                setattr(port, key, value)
+            changed.append(port)
+    if changed:
+        HcaPort.objects.bulk_update(changed, sorted(next(iter(wanted.values()))))
+    new = [HcaPort(port_guid=g, **v) for g, v in wanted.items() if g not in existing]
+    if new:
+        HcaPort.objects.bulk_create(new)

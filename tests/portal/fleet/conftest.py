@@ -7,6 +7,7 @@ import pytest
 from django.test import Client
 
 from portal.core import clock
+from portal.fleet import intervals
 from portal.fleet.services.enrolment import bootstrap_token_create
 
 BASE = "/api/agent/v1"
@@ -62,5 +63,7 @@ def other_agent() -> AgentClient:
 
 @pytest.fixture(autouse=True)
 def _reset_clock() -> Any:
+    intervals.FLEET_SIZE.forget()  # the count of enrolled agents is cached per process
     yield
     clock.reset()
+    intervals.FLEET_SIZE.forget()

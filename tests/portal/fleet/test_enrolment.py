@@ -182,3 +182,35 @@ def test_enrol_retry_after_a_lost_answer_gets_a_fresh_credential(agent_client,
     agent_client.enrol("gpu-node-08", token=token2)
     clock.advance(timedelta(minutes=11))
     assert other_agent.enrol("gpu-node-08", token=token2).status_code == 401  # too late
+
+
+def _big_inventory(host: int) -> dict:  # type: ignore[type-arg]
+    return {"host": {"cpus": 64, "memory_total_bytes": 2**40},
+            "gpus": [{"index": i, "uuid": f"GPU-q{host}-{i}", "name": "NVIDIA H100 80GB HBM3",
+                      "pci_bus_id": f"0000:{i:02x}:00.0", "memory_total_bytes": 85 * 2**30}
+                     for i in range(8)],
+            "ib_ports": [{"device": f"mlx5_{i}", "port": 1,
+                          "port_guid": f"0x{host:08x}{i:08x}", "node_guid": f"{host:04x}:0:0:{i}",
+                          "link_layer": "InfiniBand", "rate_gbps": 400.0} for i in range(8)]}
+
+
+@pytest.mark.django_db
+def test_enrolment_statements_do_not_grow_with_gpus_and_ports(agent_client) -> None:
+    """Regression (issue 12, 10,000 enrolments): the inventory sync ran 2 statements per GPU
+    and 2–3 per HCA port (48 for an 8-GPU, 8-rail host); now a fixed number, and a second
+    enrolment of the same host changes nothing it does not have to."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as first:
+        assert agent_client.enrol("gpu-node-77", inventory=_big_inventory(77)).status_code \
+            == 201
+    sql = [q["sql"] for q in first.captured_queries
+           if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
+    assert len(sql) <= 26, "\n".join(s[:90] for s in sql)
+    gpus = Gpu.objects.filter(node__hostname="gpu-node-77").order_by("index")
+    assert [g.uuid for g in gpus] == [f"GPU-q77-{i}" for i in range(8)]
+    assert {g.model for g in gpus} == {"H100"} and gpus[0].memory_mib == 85 * 1024
+    ports = HcaPort.objects.filter(node__hostname="gpu-node-77")
+    assert sorted(p.device for p in ports) == [f"mlx5_{i}" for i in range(8)]
+    assert {p.rate for p in ports} == {"400 Gb/sec"}

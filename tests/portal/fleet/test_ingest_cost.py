@@ -139,3 +139,4 @@ def test_credential_loader_matches_select_related(agent_client: AgentClient) -> 
     assert credential_with_node(cred.credential_hash) is None
     assert credential_authenticate(agent_client.credential) is None
     assert digest(agent_client.credential) == cred.credential_hash
+

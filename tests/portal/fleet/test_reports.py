@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from agents import protocol
 from portal.core import clock
 from portal.fleet import selectors, services
 from portal.fleet.models import (
@@ -35,7 +36,8 @@ def test_enrol_report_desired_round_trip(agent_client) -> None:
     resp = agent_client.report(report(agent_client.node_id, 1))
     assert resp.status_code == 200, resp.content
     assert resp.json() == {"protocol": 1, "seq": 1, "status": "accepted",
-                           "desired_generation": 0, "rotate_credential": False}
+                           "desired_generation": 0, "rotate_credential": False,
+                           "heartbeat_interval_s": 10, "long_poll_timeout_s": 30}
     node.refresh_from_db()
     assert node.last_heartbeat is not None and node.agent_version == "0.1.0"
     assert GpuTelemetry.objects.filter(node=node).count() == 2
@@ -228,7 +230,7 @@ def test_long_poll_204_at_deadline_and_200_when_newer(agent_client) -> None:
     resp = agent_client.desired(after=0, wait=30)
     assert resp.status_code == 200 and resp.json()["generation"] == gen
     assert time.monotonic() - started < 1
-    bad = agent_client.desired(after=0, wait=61)
+    bad = agent_client.desired(after=0, wait=protocol.MAX_LONG_POLL_S + 1)
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
     assert agent_client.desired(credential="gpn_x").status_code == 401
 

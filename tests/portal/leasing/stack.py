@@ -24,6 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,7 +125,10 @@ class Stack:
         self.timings: dict[str, float] = {}
 
     # --- lifecycle --------------------------------------------------------------------------
+    _previous_sigterm: Any = None
+
     def __enter__(self) -> Stack:
+        self._previous_sigterm = _exit_on_sigterm()
         try:
             self.start()
         except BaseException:
@@ -134,6 +138,8 @@ class Stack:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+        if self._previous_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._previous_sigterm)
 
     def start(self) -> None:
         began = time.perf_counter()
@@ -559,3 +565,17 @@ if __name__ == "__main__":
 
 
 __all__ = ["Stack", "StackConfig", "check_invariants", "free_port"]
+
+
+def _exit_on_sigterm() -> Any:
+    """SIGTERM (``timeout``, CI, a kill) raises SystemExit in the main thread, so the
+    ``with Stack`` block closes and no uvicorn, Celery, simulator or Redis is left running
+    (finding: ``timeout`` on a benchmark left its whole stack behind). Returns the handler
+    it replaced, or None where signals cannot be set (not the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, stop)
