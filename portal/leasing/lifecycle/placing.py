@@ -117,31 +117,41 @@ def _at(value: datetime | None) -> datetime:
 
 def _write_allocations(lease: Lease, placement: allocation.Placement,
                        ignoring: tuple[str, ...] = ()) -> None:
+    """The placement's allocation rows, in three statements whatever its size: its GPUs,
+    their slots in use over the window, one bulk insert."""
     start = _at(allocation.from_epoch(placement.start))
     end = _at(allocation.from_epoch(placement.end))
-    rows = []
-    for part in placement.parts:
-        gpus = {g.index: g for g in Gpu.objects.filter(node__hostname=part.node)}
-        for index, milli in part.gpus:
-            gpu = gpus[index]
-            rows += [Allocation(lease=lease, gpu=gpu, node_id=gpu.node_id, slot=slot,
-                                start_at=start, end_at=end)
-                     for slot in _free_slots(gpu, start, end, -(-milli // MILLI_PER_SLOT),
-                                             ignoring)]
+    gpus = {(g.node.hostname, g.index): g for g in Gpu.objects.select_related("node").filter(
+        node__hostname__in=[part.node for part in placement.parts])}
+    wanted = [(gpus[(part.node, index)], -(-milli // MILLI_PER_SLOT))
+              for part in placement.parts for index, milli in part.gpus]
+    used = _used_slots([gpu.pk for gpu, _ in wanted], start, end, ignoring)
+    rows = [Allocation(lease=lease, gpu=gpu, node_id=gpu.node_id, slot=slot,
+                       start_at=start, end_at=end)
+            for gpu, count in wanted for slot in _free_slots(gpu, used[gpu.pk], count)]
     Allocation.objects.bulk_create(rows)
     lease.start_at, lease.end_at = start, end
 
 
-def _free_slots(gpu: Gpu, start: datetime, end: datetime, wanted: int,
-                ignoring: tuple[str, ...] = ()) -> list[int]:
-    # A lease past its end but still on the hardware keeps its slots now (as in the
-    # snapshot: allocation._leases); a later window may follow it, fenced (``handover``).
-    # The victims (``ignoring``) end exactly when this one starts.
+def _used_slots(gpu_ids: list[int], start: datetime, end: datetime,
+                ignoring: tuple[str, ...] = ()) -> dict[int, set[int]]:
+    """Per GPU, the slots held during [start, end) (one query).
+
+    A lease past its end but still on the hardware keeps its slots now (as in the
+    snapshot: allocation._leases); a later window may follow it, fenced (``handover``).
+    The victims (``ignoring``) end exactly when this one starts."""
     held = Q(end_at__gt=start)
     if start < clock.now() + timedelta(seconds=1):
         held |= Q(lease__state__in=allocation.LINGERING)
-    used = set(Allocation.objects.filter(gpu=gpu, live=True, start_at__lt=end).filter(held)
-               .exclude(lease_id__in=list(ignoring)).values_list("slot", flat=True))
+    used: dict[int, set[int]] = {pk: set() for pk in gpu_ids}
+    for gpu_id, slot in (Allocation.objects.filter(gpu_id__in=gpu_ids, live=True,
+                                                   start_at__lt=end).filter(held)
+                         .exclude(lease_id__in=list(ignoring)).values_list("gpu_id", "slot")):
+        used[gpu_id].add(slot)
+    return used
+
+
+def _free_slots(gpu: Gpu, used: set[int], wanted: int) -> list[int]:
     free = [s for s in range(SLOTS_PER_GPU) if s not in used]
     if len(free) < wanted:
         raise SlotConflict(f"GPU {gpu.pk} has {len(free)} free slots, {wanted} wanted")

@@ -247,3 +247,33 @@ def test_provisioning_does_not_allocate_partitions(pool: dict[str, Any],
     provision(lease.pk)
     lease.refresh_from_db()
     assert lease.provision_targets
+
+
+def test_allocation_rows_are_written_in_a_fixed_number_of_statements(
+        pool: dict[str, Any]) -> None:
+    """Regression (issue 12, "a pass that scales"): placing looked up each GPU's used slots
+    with its own query, 8 for an 8-GPU lease and 64 for an 8-node gang; now one read of
+    the GPUs, one of their used slots, one bulk insert."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    import scheduler as core
+    from portal.inventory.models import Node
+    from portal.leasing import allocation
+    from portal.leasing.lifecycle import placing
+
+    lease = order(pool)
+    hosts = list(Node.objects.order_by("hostname").values_list("hostname", flat=True)[:2])
+    start = allocation.epoch(clock.now())
+    assert start is not None
+    parts = tuple(core.NodeAllocation(node=h, gpus=tuple((i, 1000) for i in range(4)))
+                  for h in hosts)
+    placement = core.Placement(request_id=str(lease.pk), parts=parts, start=start,
+                               end=start + 3600, model="H100")
+    with CaptureQueriesContext(connection) as queries:
+        placing._write_allocations(lease, placement)
+    assert len(queries) <= 3, [q["sql"][:80] for q in queries]
+    rows = Allocation.objects.filter(lease=lease, live=True)
+    assert rows.count() == len(hosts) * 4 * 8
+    assert set(rows.values_list("slot", flat=True)) == set(range(8))
+    assert set(rows.values_list("node__hostname", flat=True)) == set(hosts)
