@@ -68,7 +68,8 @@ class ClusterState:
         self.gpu_free: list[dict[int, int]] = [
             {g.index: MILLI for g in n.gpus if g.healthy} for n in self.nodes
         ]
-        self.domains: list[list[list[int]]] = [self._domains_of(n) for n in self.nodes]
+        # Healthy GPU indices per NVLink domain (read-only: nodes alike share one list).
+        self.domains: list[list[list[int]]] = self._all_domains()
         # Fractions held per GPU by tenant: {gpu: {tenant: milli}} (known tenants only).
         self.holders: list[Held] = [{} for _ in self.nodes]
         self.version = [0] * len(self.nodes)
@@ -123,10 +124,11 @@ class ClusterState:
         cap: dict[str, int] = {}
         free: dict[str, int] = {}
         for i, n in enumerate(self.nodes):
-            if n.model:
+            model = n.model
+            if model:
                 total = sum(self.gpu_free[i].values())
-                cap[n.model] = cap.get(n.model, 0) + total
-                free[n.model] = free.get(n.model, 0) + (total if self.ready[i] else 0)
+                cap[model] = cap.get(model, 0) + total
+                free[model] = free.get(model, 0) + (total if self.ready[i] else 0)
         return cap, free
 
     def _load_leaves(self) -> None:
@@ -136,12 +138,23 @@ class ClusterState:
                 self.leaves.set_node(i, *self._fabric_state(i))
             self.leaves.recompute()
 
+    def _all_domains(self) -> list[list[list[int]]]:
+        shared: dict[tuple[tuple[int, int], ...], list[list[int]]] = {}
+        out: list[list[list[int]]] = []
+        for n in self.nodes:
+            layout = tuple((g.nvlink_domain, g.index) for g in n.gpus if g.healthy)
+            domains = shared.get(layout)
+            if domains is None:
+                domains = shared[layout] = self._domains_of(layout)
+            out.append(domains)
+        return out
+
     @staticmethod
-    def _domains_of(node: Node) -> list[list[int]]:
+    def _domains_of(layout: Iterable[tuple[int, int]]) -> list[list[int]]:
+        """GPU indices per NVLink domain, from ``(domain, gpu index)`` pairs."""
         by_domain: dict[int, list[int]] = {}
-        for g in node.gpus:
-            if g.healthy:
-                by_domain.setdefault(g.nvlink_domain, []).append(g.index)
+        for domain, gpu in layout:
+            by_domain.setdefault(domain, []).append(gpu)
         return [sorted(by_domain[d]) for d in sorted(by_domain)]
 
     def _make_key(self, i: int) -> tuple[NodeKey, list[int]]:
