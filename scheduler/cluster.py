@@ -10,12 +10,13 @@ Evaluations are memoised by node *state key*, so identical nodes cost one evalua
 from __future__ import annotations
 
 import heapq
-from collections.abc import Container, Hashable, Iterable, Sequence
+from collections.abc import Container, Hashable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from scheduler.fabric import LeafTracker
 from scheduler.groups import NodeGroups
-from scheduler.model import MILLI, Node, NodeAllocation, NodeState, Topology
+from scheduler.model import MILLI, Lease, Node, NodeAllocation, NodeState, Topology
 from scheduler.nodestate import (
     NodeKey,
     Option,
@@ -51,7 +52,11 @@ class Choice:
 
 
 class ClusterState:
-    def __init__(self, nodes: Sequence[Node], policy: Policy, ctx: ScoreContext) -> None:
+    """``leases``: what runs already, taken in one build (each node keyed once, the leaf
+    flags computed once); the same state as consuming them one by one after."""
+
+    def __init__(self, nodes: Sequence[Node], policy: Policy, ctx: ScoreContext,
+                 leases: Iterable[Lease] = ()) -> None:
         self.policy = policy
         self.ctx = ctx
         self.nodes = tuple(nodes)
@@ -63,16 +68,23 @@ class ClusterState:
         self.gpu_free: list[dict[int, int]] = [
             {g.index: MILLI for g in n.gpus if g.healthy} for n in self.nodes
         ]
-        self.domains: list[list[list[int]]] = [self._domains_of(n) for n in self.nodes]
+        # Healthy GPU indices per NVLink domain (read-only: nodes alike share one list).
+        self.domains: list[list[list[int]]] = self._all_domains()
         # Fractions held per GPU by tenant: {gpu: {tenant: milli}} (known tenants only).
         self.holders: list[Held] = [{} for _ in self.nodes]
         self.version = [0] * len(self.nodes)
+        # Per GPU model: capacity (healthy GPU milli, any node state) and free milli on
+        # ready nodes, kept incrementally (scheduler.scarcity reads them).
+        self.model_cap, self.model_free = self._model_totals()
         self.leaves = (LeafTracker(ctx.fabric, self.names)
                        if ctx.fabric and policy.uses_fabric else None)
-        if self.leaves is not None:
-            for i in range(len(self.nodes)):
-                self.leaves.set_node(i, *self._fabric_state(i))
-            self.leaves.recompute()
+        # Flags that depend on the order leases were taken in are built by replaying them.
+        replay = self.leaves is not None and not self.leaves.history_free()
+        if not replay:
+            for lease in leases:
+                for part in lease.parts:
+                    self._take(part, 1, lease.tenant)
+        self._load_leaves()
         self.keys: list[NodeKey] = []
         self.order: list[list[int]] = []
         for i in range(len(self.nodes)):
@@ -89,16 +101,6 @@ class ClusterState:
             if self.ready[i]:
                 self.classes.setdefault(key, {})[i] = None
         self._groups: NodeGroups | None = None
-        # Per GPU model: capacity (healthy GPU milli, any node state) and free milli on
-        # ready nodes, kept incrementally (scheduler.scarcity reads them).
-        self.model_cap: dict[str, int] = {}
-        self.model_free: dict[str, int] = {}
-        for i, n in enumerate(self.nodes):
-            if n.model:
-                total = sum(self.gpu_free[i].values())
-                self.model_cap[n.model] = self.model_cap.get(n.model, 0) + total
-                self.model_free[n.model] = (self.model_free.get(n.model, 0)
-                                            + (total if self.ready[i] else 0))
         # EASY backfill reservation for the head-of-line leaf gang (fabric policies).
         self.hold: Hold | None = None
         self.held: frozenset[int] = frozenset()
@@ -111,13 +113,48 @@ class ClusterState:
         # change-log position it has caught up with (see scheduler.preempt).
         self.victim_heaps: dict[tuple[int, Hashable],
                                 tuple[list[tuple[int, int, int, int]], int]] = {}
+        # Inside ``batch()``: nodes and leaves whose keys are due at the end of it.
+        self._due_nodes: dict[int, None] | None = None
+        self._due_leaves: set[int] = set()
+        if replay:
+            self.consume_all(leases)
+
+    def _model_totals(self) -> tuple[dict[str, int], dict[str, int]]:
+        """Per GPU model: healthy GPU milli, and the free part of it on ready nodes."""
+        cap: dict[str, int] = {}
+        free: dict[str, int] = {}
+        for i, n in enumerate(self.nodes):
+            model = n.model
+            if model:
+                total = sum(self.gpu_free[i].values())
+                cap[model] = cap.get(model, 0) + total
+                free[model] = free.get(model, 0) + (total if self.ready[i] else 0)
+        return cap, free
+
+    def _load_leaves(self) -> None:
+        """Every node's state into the leaf tracker, then its flags once."""
+        if self.leaves is not None:
+            for i in range(len(self.nodes)):
+                self.leaves.set_node(i, *self._fabric_state(i))
+            self.leaves.recompute()
+
+    def _all_domains(self) -> list[list[list[int]]]:
+        shared: dict[tuple[tuple[int, int], ...], list[list[int]]] = {}
+        out: list[list[list[int]]] = []
+        for n in self.nodes:
+            layout = tuple((g.nvlink_domain, g.index) for g in n.gpus if g.healthy)
+            domains = shared.get(layout)
+            if domains is None:
+                domains = shared[layout] = self._domains_of(layout)
+            out.append(domains)
+        return out
 
     @staticmethod
-    def _domains_of(node: Node) -> list[list[int]]:
+    def _domains_of(layout: Iterable[tuple[int, int]]) -> list[list[int]]:
+        """GPU indices per NVLink domain, from ``(domain, gpu index)`` pairs."""
         by_domain: dict[int, list[int]] = {}
-        for g in node.gpus:
-            if g.healthy:
-                by_domain.setdefault(g.nvlink_domain, []).append(g.index)
+        for domain, gpu in layout:
+            by_domain.setdefault(domain, []).append(gpu)
         return [sorted(by_domain[d]) for d in sorted(by_domain)]
 
     def _make_key(self, i: int) -> tuple[NodeKey, list[int]]:
@@ -302,19 +339,26 @@ class ClusterState:
         GPUs that are not present (unhealthy, unknown) are ignored: their capacity is
         already excluded.
         """
+        i = self._take(alloc, sign, tenant)
+        if i is not None:
+            self._touch(i)
+
+    def _take(self, alloc: NodeAllocation, sign: int, tenant: str) -> int | None:
+        """The resource side of :meth:`consume` (keys and leaf flags left as they are);
+        return the node's index (None: not in this state)."""
         i = self.index.get(alloc.node)
         if i is None:
-            return
-        free = self.gpu_free[i]
+            return None
+        free, model = self.gpu_free[i], self.nodes[i].model
         for gpu, milli in alloc.gpus:
             if gpu in free:
                 free[gpu] -= sign * milli
                 hold(self.holders[i], gpu, tenant, sign * milli, free[gpu])
-                if self.ready[i] and self.nodes[i].model:
-                    self.model_free[self.nodes[i].model] -= sign * milli
+                if self.ready[i] and model:
+                    self.model_free[model] -= sign * milli
         self.cpu_free[i] -= sign * alloc.cpu_milli
         self.mem_free[i] -= sign * alloc.memory_mib
-        self._touch(i)
+        return i
 
     def release(self, alloc: NodeAllocation, tenant: str = "") -> None:
         self.consume(alloc, -1, tenant)
@@ -371,10 +415,45 @@ class ClusterState:
             for j in self.leaves.members[lid]:
                 self._rekey(j)
 
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Defer re-keying to the end of the block: each node changed in it (or in a leaf
+        whose flags changed) gets its new key once, however often it changed. Nothing
+        may read the state inside the block (keys, classes and heaps are stale there)."""
+        if self._due_nodes is not None:  # already batching: the outer block re-keys
+            yield
+            return
+        self._due_nodes = {}
+        try:
+            yield
+        finally:
+            self._rekey_due()
+
+    def consume_all(self, leases: Iterable[Lease], sign: int = 1) -> None:
+        """Take (``sign=1``) or give back (``sign=-1``) every part of ``leases`` as one
+        batch (see :meth:`batch`)."""
+        with self.batch():
+            for lease in leases:
+                for part in lease.parts:
+                    self.consume(part, sign, lease.tenant)
+
+    def _rekey_due(self) -> None:
+        due, self._due_nodes = self._due_nodes or {}, None
+        if self.leaves is not None:
+            for lid in self._due_leaves:
+                due.update(dict.fromkeys(self.leaves.members[lid]))
+        self._due_leaves = set()
+        for i in sorted(due):
+            self._rekey(i)
+
     def _touch(self, i: int) -> None:
         """Node ``i`` changed: new key, and new keys for the nodes of every leaf whose
-        fabric flags changed with it."""
+        fabric flags changed with it (at the end of the batch inside ``batch()``)."""
         changed = [] if self.leaves is None else self.leaves.update(i, *self._fabric_state(i))
+        if self._due_nodes is not None:
+            self._due_nodes[i] = None
+            self._due_leaves.update(changed)
+            return
         self._rekey(i)
         if self.leaves is not None:
             for lid in changed:

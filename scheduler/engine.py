@@ -59,11 +59,7 @@ class _Pass:
         self._fixed: dict[tuple[str, Shape, int, Locality | None, bool], bool] = {}
 
     def _state(self, leases: Iterable[Lease]) -> ClusterState:
-        state = ClusterState(self.snapshot.nodes, self.policy, self.ctx)
-        for lease in leases:
-            for part in lease.parts:
-                state.consume(part, tenant=lease.tenant)
-        return state
+        return ClusterState(self.snapshot.nodes, self.policy, self.ctx, leases)
 
     def decide(self, request: Request, want_earliest: bool) -> Decision:
         req = effective(request, self.now)
@@ -83,9 +79,7 @@ class _Pass:
         return self._explain(req, shape, adm, want_earliest)
 
     def _apply(self, leases: Sequence[Lease], sign: int) -> None:
-        for lease in leases:
-            for part in lease.parts:
-                self.base.consume(part, sign, lease.tenant)
+        self.base.consume_all(leases, sign)
 
     def _place_now(self, req: Request, shape: Shape, adm: Admission) -> Placement | None:
         found = find(self.base, req, shape, self.snapshot.topology)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 IN_FABRIC = 1
 WHOLE = 2
@@ -109,8 +109,23 @@ def typical_gang(sizes: Iterable[int]) -> int | None:
     return int(statistics.median_low(gangs))
 
 
+@dataclass(frozen=True)
+class _Marks:
+    """The cluster-wide part of the leaf flags: which leaves are drained or kept, and
+    whether the gang-capable leaves are the last ones (``LAST``). A flag that depends on
+    other leaves than its own belongs here, or ``LeafTracker.update`` misses its leaves."""
+
+    draining: frozenset[int] = field(default_factory=frozenset)
+    kept: frozenset[int] = field(default_factory=frozenset)
+    last: bool = False
+
+
 class LeafTracker:
-    """Mutable per-leaf idle counts for one working state; yields each node's flags."""
+    """Mutable per-leaf idle counts for one working state; yields each node's flags.
+
+    A node's change re-derives only its own leaf's flags, plus the few leaves whose
+    cluster-wide marks (``_Marks``) change with it: O(affected leaves), not O(leaves).
+    """
 
     def __init__(self, model: FabricModel, names: Sequence[str]) -> None:
         self.gang = model.gang_nodes
@@ -140,15 +155,41 @@ class LeafTracker:
             self.planned = True
             self.extra = {leaf_ids[leaf]: need for need, leaf in model.drains
                           if leaf in leaf_ids}
+        self.able_for_gang: set[int] = set()  # leaves with ``gang`` idle nodes or more
+        self.able_for_need: set[int] = set()  # leaves with ``need`` idle nodes or more
+        self.marks = _Marks()
+        self.stale = True  # set_node ran since the last full recompute
 
     def set_node(self, i: int, counted: bool, idle: bool) -> None:
-        """Record node ``i``'s state without recomputing flags (initial load)."""
+        """Record node ``i``'s state without recomputing flags (initial load: call
+        :meth:`recompute` once after the last one)."""
+        if self._record(i, counted, idle) >= 0:
+            self.stale = True
+
+    def _record(self, i: int, counted: bool, idle: bool) -> int:
+        """Count node ``i``'s new state in its leaf; return the leaf (-1: none)."""
         lid = self.leaf[i]
         if lid < 0:
-            return
+            return lid
         self.size[lid] += int(counted) - int(self.counted[i])
         self.idle[lid] += int(counted and idle) - int(self.counted[i] and self.node_idle[i])
         self.counted[i], self.node_idle[i] = counted, idle
+        self._classify(lid)
+        return lid
+
+    def _classify(self, lid: int) -> None:
+        """Keep ``able_for_gang`` and ``able_for_need`` in step with leaf ``lid``."""
+        for able, nodes in ((self.able_for_gang, self.gang), (self.able_for_need, self.need)):
+            if nodes is not None and self.idle[lid] >= nodes:
+                able.add(lid)
+            else:
+                able.discard(lid)
+
+    def history_free(self) -> bool:
+        """Whether the flags depend only on the nodes' current states, not on the order
+        they changed in: only the automatic drained leaf, once chosen, stays chosen."""
+        need = self.need
+        return self.planned or need is None or need < 2
 
     def flag(self, i: int) -> int:
         lid = self.leaf[i]
@@ -169,10 +210,9 @@ class LeafTracker:
         need = self.need
         if need is None or need < 2:
             return []
-        able = [lid for lid in range(len(self.flags)) if self.idle[lid] >= need]
-        if len(able) > self.keep_leaves:
+        if len(self.able_for_need) > self.keep_leaves:
             return []
-        return [lid for lid in able if self.idle[lid] == need]
+        return sorted(lid for lid in self.able_for_need if self.idle[lid] == need)
 
     def avoid(self, gang: int) -> list[int]:
         """Leaves a gang of ``gang`` nodes keeps off if it can: the drained leaf and the
@@ -199,11 +239,14 @@ class LeafTracker:
         need = self.need
         if need is None or need < 2 or self.planned:
             return None
-        big = [lid for lid in range(len(self.flags)) if self.size[lid] >= need]
-        if not big or any(self.idle[lid] >= need for lid in big):
+        if self.able_for_need:  # a leaf holds it (idle >= need implies size >= need)
             return None
-        if self.target is None or self.target not in big:
-            self.target = max(big, key=lambda lid: (self.idle[lid], -lid))
+        if self.target is not None and self.size[self.target] >= need:
+            return self.target
+        big = [lid for lid in range(len(self.flags)) if self.size[lid] >= need]
+        if not big:
+            return None
+        self.target = max(big, key=lambda lid: (self.idle[lid], -lid))
         return self.target
 
     def set_drain(self, nodes: int | None, leaf: str | None) -> list[int]:
@@ -216,27 +259,13 @@ class LeafTracker:
 
     def recompute(self) -> list[int]:
         """Recompute every leaf's flags; return the leaves whose flags changed."""
-        capable = sum(1 for lid in range(len(self.flags)) if self.capable(lid))
-        drained = self.drained()
-        kept = self.kept() if drained is None else []
-        draining = {lid for lid, n in self.extra.items() if self.idle[lid] < n}
-        if drained is not None:
-            draining.add(drained)
-        changed: list[int] = []
-        for lid, old in enumerate(self.flags):
-            new = IN_FABRIC | (DRAIN if lid in draining else 0) | (KEEP if lid in kept else 0)
-            if self.size[lid] and self.idle[lid] == self.size[lid]:
-                new |= WHOLE
-            if self.gang is not None and self.idle[lid] == self.gang:
-                new |= EDGE
-            if self.capable(lid) and capable <= self.reserve:
-                new |= LAST
-            if self.size[lid]:
-                new |= (IDLE_STEPS * self.idle[lid] // self.size[lid]) << IDLE_SHIFT
-            if new != old:
-                self.flags[lid] = new
-                changed.append(lid)
-        return changed
+        self.able_for_gang.clear()
+        self.able_for_need.clear()
+        for lid in range(len(self.flags)):
+            self._classify(lid)
+        self.stale = False
+        self.marks = self._current_marks()
+        return self._refresh(range(len(self.flags)))
 
     def update(self, i: int, counted: bool, idle: bool) -> list[int]:
         """Node ``i`` changed; return the leaves whose flags changed (their nodes need
@@ -244,8 +273,51 @@ class LeafTracker:
         lid = self.leaf[i]
         if lid < 0 or (counted == self.counted[i] and idle == self.node_idle[i]):
             return []
-        self.set_node(i, counted, idle)
-        return self.recompute()
+        self._record(i, counted, idle)
+        if self.stale:
+            return self.recompute()
+        before, after = self.marks, self._current_marks()
+        self.marks = after
+        affected = {lid} | before.draining | after.draining | before.kept | after.kept
+        if before.last != after.last:  # LAST is on the gang-capable leaves
+            affected |= self.able_for_gang
+        return self._refresh(sorted(affected))
+
+    def _current_marks(self) -> _Marks:
+        drained = self.drained()
+        kept = self.kept() if drained is None else []
+        draining = {lid for lid, n in self.extra.items() if self.idle[lid] < n}
+        if drained is not None:
+            draining.add(drained)
+        return _Marks(frozenset(draining), frozenset(kept),
+                      len(self.able_for_gang) <= self.reserve)
+
+    def _refresh(self, lids: Iterable[int]) -> list[int]:
+        """Re-derive the flags of ``lids`` (ascending); return those that changed."""
+        changed: list[int] = []
+        for lid in lids:
+            new = self._leaf_flags(lid)
+            if new != self.flags[lid]:
+                self.flags[lid] = new
+                changed.append(lid)
+        return changed
+
+    def _leaf_flags(self, lid: int) -> int:
+        marks, idle, size = self.marks, self.idle[lid], self.size[lid]
+        new = IN_FABRIC
+        if lid in marks.draining:
+            new |= DRAIN
+        if lid in marks.kept:
+            new |= KEEP
+        if size and idle == size:
+            new |= WHOLE
+        if self.gang is not None and idle == self.gang:
+            new |= EDGE
+        if marks.last and lid in self.able_for_gang:
+            new |= LAST
+        if size:
+            new |= (IDLE_STEPS * idle // size) << IDLE_SHIFT
+        return new
 
 
 def break_cost(flags: int, node_broken: bool, domains_broken: int) -> float:

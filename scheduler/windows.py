@@ -22,12 +22,8 @@ MAX_CANDIDATES = 256
 
 def window_state(nodes: Sequence[Node], policy: Policy, ctx: ScoreContext,
                  leases: Sequence[Lease], start: int, end: int | None) -> ClusterState:
-    state = ClusterState(nodes, policy, ctx)
-    for lease in leases:
-        if lease.overlaps(start, end):
-            for part in lease.parts:
-                state.consume(part, tenant=lease.tenant)
-    return state
+    return ClusterState(nodes, policy, ctx,
+                        [lease for lease in leases if lease.overlaps(start, end)])
 
 
 def earliest_start(
@@ -50,12 +46,9 @@ def earliest_start(
     for t in candidates:
         window_end = None if duration is None else t + duration
         want = {i for i, lease in enumerate(leases) if lease.overlaps(t, window_end)}
-        for i in sorted(applied - want):
-            for part in leases[i].parts:
-                state.release(part, leases[i].tenant)
-        for i in sorted(want - applied):
-            for part in leases[i].parts:
-                state.consume(part, tenant=leases[i].tenant)
+        with state.batch():
+            state.consume_all((leases[i] for i in sorted(applied - want)), -1)
+            state.consume_all(leases[i] for i in sorted(want - applied))
         applied = want
         if find(state, request, shape, topology) is not None:
             return t
