@@ -191,17 +191,66 @@ class InvitationAdmin(admin.ModelAdmin):
         return False
 
 
-class PushingUserAdmin(UserAdmin):  # type: ignore[type-arg]
-    """Django's user admin; (de)activating or deleting a user here also reaches the hosts.
-    Prefer ``services.user_set_active``: it keeps each tenant's last admin."""
+def _last_admin_problem(user: Any) -> str | None:
+    tenants = services.last_admin_of(user)
+    if not tenants:
+        return None
+    names = ", ".join(t.name for t in tenants[:3])
+    return _("%(message)s (last owner/admin of: %(tenants)s)") % {
+        "message": services.last_admin_message(), "tenants": names}
 
+
+class PushingUserChangeForm(UserAdmin.form):  # type: ignore[name-defined,misc]
+    """Refuses, on the ``is_active`` field, to deactivate a tenant's last owner/admin
+    (the rule ``services.user_set_active`` keeps)."""
+
+    def clean_is_active(self) -> bool:
+        active = bool(self.cleaned_data.get("is_active"))
+        deactivating = bool(self.instance.pk and self.instance.is_active and not active)
+        if deactivating and (problem := _last_admin_problem(self.instance)) is not None:
+            raise forms.ValidationError(problem, code="last_admin")
+        return active
+
+
+class PushingUserAdmin(UserAdmin):  # type: ignore[type-arg]
+    """Django's user admin; (de)activating or deleting a user here also reaches the hosts,
+    and keeps each tenant's last admin: a change of ``is_active`` goes through
+    ``services.user_set_active`` (locked re-check, audit, host push); deleting a tenant's
+    last admin is refused (regression: the admin skipped the rule)."""
+
+    form = PushingUserChangeForm
+
+    @transaction.atomic
     def save_model(self, request: Any, obj: Any, form: Any, change: bool) -> None:
-        super().save_model(request, obj, form, change)
+        if change and "is_active" in form.changed_data:
+            wanted = obj.is_active
+            obj.is_active = not wanted  # the service flips it, under the tenant locks
+            super().save_model(request, obj, form, change)
+            services.user_set_active(actor=request.user, user=obj, active=wanted)
+            obj.is_active = wanted
+        else:
+            super().save_model(request, obj, form, change)
         hooks.access_changed_on_commit(_tenants_of(obj.pk))
+
+    def has_delete_permission(self, request: Any, obj: Any = None) -> bool:
+        if obj is not None and services.last_admin_of(obj):
+            return False
+        return bool(super().has_delete_permission(request, obj))
 
     def delete_model(self, request: Any, obj: Any) -> None:
         tenant_ids = _tenants_of(obj.pk)
         super().delete_model(request, obj)
+        hooks.access_changed_on_commit(tenant_ids)
+
+    def delete_queryset(self, request: Any, queryset: QuerySet[Any]) -> None:
+        refused = [u for u in queryset if services.last_admin_of(u)]
+        if refused:
+            self.message_user(request, _("Not deleted: %(users)s — %(message)s") % {
+                "users": ", ".join(u.get_username() for u in refused[:5]),
+                "message": services.last_admin_message()}, messages.ERROR)
+            queryset = queryset.exclude(pk__in=[u.pk for u in refused])
+        tenant_ids = [t for u in queryset for t in _tenants_of(u.pk)]
+        super().delete_queryset(request, queryset)
         hooks.access_changed_on_commit(tenant_ids)
 
 

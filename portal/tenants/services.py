@@ -141,6 +141,13 @@ def _keep_an_admin(member: Membership, *, field: str) -> None:
                                code="last_admin")
 
 
+def last_admin_of(user: Any) -> list[Tenant]:
+    """The tenants whose last active owner/admin ``user`` is (unlocked: a form's check;
+    ``user_set_active`` re-checks under the tenant locks)."""
+    return [m.tenant for m in Membership.objects.filter(user=user, role__in=ADMIN_ROLES)
+            .select_related("tenant") if _admins_left_without(m) == 0]
+
+
 def _keep_an_owner(actor: AnyUser, member: Membership, *, verb: str) -> None:
     if member.role != Role.OWNER:
         return
