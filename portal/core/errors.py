@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 class ApplicationError(Exception):
-    """A business rule refused the request. ``fields`` names the offending inputs."""
+    """A business rule refused the request. ``fields`` names the offending inputs;
+    ``refs`` (optional) names records the refusal created, e.g. the REJECTED lease."""
 
     status_code = 400
     code = "invalid"
@@ -14,6 +15,7 @@ class ApplicationError(Exception):
         super().__init__(message)
         self.message = message
         self.fields = fields or {}
+        self.refs: dict[str, str] = {}
         if code:
             self.code = code
 

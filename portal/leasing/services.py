@@ -319,9 +319,12 @@ def order_submit(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
         return create()
     except OrderRejected as refusal:
         try:
-            order_reject(actor=actor, tenant=tenant, spec=spec, refusal=refusal)
+            lease = order_reject(actor=actor, tenant=tenant, spec=spec, refusal=refusal)
         except DatabaseError:  # the answer is the refusal; its record is best effort
             log.exception("could not record the rejected order")
+        else:
+            if lease is not None:  # the answer names the record (GET /leases/{id})
+                refusal.refs["lease_id"] = str(lease.pk)
         raise
 
 

@@ -1,7 +1,8 @@
 """One error body for the whole API.
 
 ``{"error": <code>, "detail": <message>, "fields": {<field>: [<message>, ...]}}``
-Field errors always name the field (``non_field_errors`` for cross-field rules).
+Field errors always name the field (``non_field_errors`` for cross-field rules). A refusal
+that left a record says which (``"lease_id"`` of a refused order, kept as REJECTED).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def error_body(code: str, detail: str,
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     if isinstance(exc, ApplicationError):
-        return Response(error_body(exc.code, exc.message, exc.fields), status=exc.status_code)
+        return Response({**error_body(exc.code, exc.message, exc.fields), **exc.refs},
+                        status=exc.status_code)
     if isinstance(exc, DjangoValidationError):
         fields = exc.message_dict if hasattr(exc, "error_dict") else {
             "non_field_errors": exc.messages}

@@ -82,3 +82,15 @@ def test_every_history_starts_in_requested(pool: dict[str, Any]) -> None:
     ok = _post(pool["alice"], {**OVER_QUOTA, "nodes": 1})
     first = LeaseEvent.objects.filter(lease_id=ok.json()["id"]).order_by("created", "id")[0]
     assert (first.from_state, first.to_state) == (S.REQUESTED, S.QUEUED)
+
+
+def test_the_refusal_names_the_rejected_lease(pool: dict[str, Any]) -> None:
+    """Regression: the 4xx body of a refused order did not say which REJECTED lease kept
+    it, so a client could not link its refusal to the record (``GET /leases/{id}``)."""
+    refused = _post(pool["bob"], OVER_QUOTA).json()
+    lease = Lease.objects.get(pk=refused["lease_id"])
+    assert lease.state == S.REJECTED and lease.state_reason == refused["detail"]
+    shown = client_for(pool["bob"]).get(f"/api/v1/leases/{refused['lease_id']}")
+    assert shown.status_code == 200 and shown.json()["state"] == "rejected"
+    other = client_for(pool["alice"]).get(f"/api/v1/leases/{refused['lease_id']}")
+    assert other.status_code == 404  # another tenant's record stays invisible
