@@ -11,9 +11,9 @@ lease transitions use, so there is one derivation) and written, which wakes the 
 long-polls; with simulated agents the simulation is queued as for a transition.
 
 A lease extension re-pushes that lease's nodes (:func:`push_lease_on_commit`), since
-its grants' ``not_after`` moves. A push that fails after the commit is logged; the change
-itself stays committed (the membership is gone either way), and the next push of that
-node carries it.
+its grants' ``not_after`` moves. A push that fails after the commit is logged and the node
+recorded (``lifecycle.repair.FAILED``): the reconciler retries it at its next beat (5 s);
+the change itself stays committed (the membership is gone either way).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from django.db import DatabaseError, transaction
 from portal.core.errors import ApplicationError
 from portal.inventory.models import Node
 from portal.leasing import desired
-from portal.leasing.lifecycle import dispatch
+from portal.leasing.lifecycle import dispatch, repair
 from portal.leasing.models import Allocation, Lease
 
 log = logging.getLogger(__name__)
@@ -52,12 +52,21 @@ def push_nodes(nodes: Iterable[Node]) -> list[Any]:
             with transaction.atomic():
                 desired.push_node(node)
         except (DatabaseError, ApplicationError):
-            log.exception("access push to node %s failed", node.hostname)
+            log.exception("access push to node %s failed; the reconciler retries it",
+                          node.hostname)
+            _record_failure(node)
             continue
         pushed.append(node.pk)
     if pushed and settings.GPUPOOL_SIMULATED_AGENTS:
         dispatch.simulated_agents_on_commit([str(pk) for pk in pushed])
     return pushed
+
+
+def _record_failure(node: Node) -> None:
+    try:
+        repair.FAILED.add([node.pk])
+    except Exception:  # the cache is down too: the sweep still comes round
+        log.warning("could not record the failed push of %s", node.hostname)
 
 
 def push_tenants(tenant_ids: Iterable[Any]) -> list[Any]:

@@ -272,3 +272,52 @@ def test_reconciler_leaves_nodes_in_sync_alone(
         assert reconcile.repush_drifted_nodes() == 0
     assert {d.node_id: (d.generation, d.updated)
             for d in NodeDesiredState.objects.all()} == before
+
+
+def test_reconciler_beat_checks_a_bounded_slice_not_every_granting_node(
+        world: dict[str, Any], monkeypatch: pytest.MonkeyPatch, settings: Any) -> None:
+    """Regression (issue 12, found measuring idle agents at 1,000 nodes: ≈ 40 commits/s
+    with 40 leases and no agent traffic): every 5 s beat re-derived the desired state of
+    every granting node, a handful of queries each. Now a slice sized to cover them all
+    once per GPUPOOL_REPUSH_SWEEP_S, plus the nodes whose push failed."""
+    from django.core.cache import cache
+
+    from portal.inventory.models import Node
+    from portal.leasing.lifecycle import repair
+
+    settings.GPUPOOL_REPUSH_MIN_PER_BEAT = 1
+    settings.GPUPOOL_REPUSH_SWEEP_S = 3600
+    cache.delete_many([repair.CURSOR_KEY, repair.FAILED_KEY])
+    every = list(Node.objects.order_by("pk").values_list("pk", flat=True))
+    assert len(every) >= 3
+    monkeypatch.setattr(repair, "granting_nodes", lambda: every)
+    derived: list[int] = []
+    real = desired.node_drifted
+
+    def counting(node: Any, stored: Any) -> bool:
+        derived.append(node.pk)
+        return bool(real(node, stored))
+
+    monkeypatch.setattr(desired, "node_drifted", counting)
+    for _ in every:
+        reconcile.repush_drifted_nodes()
+    assert sorted(derived) == every  # one node per beat, each once, round robin
+    derived.clear()
+    repair.FAILED.add([every[-1]])
+    reconcile.repush_drifted_nodes()
+    assert sorted(derived) == sorted({every[0], every[-1]})  # the failure, at once
+    assert repair.FAILED.take() == []
+
+
+def test_repush_slice_covers_the_fleet_once_per_sweep(settings: Any) -> None:
+    from django.core.cache import cache
+
+    from portal.leasing.lifecycle import repair
+
+    settings.GPUPOOL_RECONCILE_EVERY_S = 5
+    settings.GPUPOOL_REPUSH_SWEEP_S = 600
+    settings.GPUPOOL_REPUSH_MIN_PER_BEAT = 20
+    assert repair._budget(40) == 20 and repair._budget(10_000) == 84
+    cache.delete(repair.CURSOR_KEY)
+    seen = [pk for _ in range(3) for pk in repair.next_slice(list(range(1, 51)), 20)]
+    assert seen[:50] == list(range(1, 51)) and seen[50:] == list(range(1, 11))
