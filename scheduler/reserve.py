@@ -35,7 +35,8 @@ class ReserveSettings:
 
     keep: int = 1  # leaves kept ahead for the largest leaf gang seen
     bound: int = 0  # s: work shorter than this may use a kept whole leaf
-    max_waiting: int = 8  # waiting leaf gangs that get an owned reservation
+    max_waiting: int = 1  # waiting leaf gangs that get an owned reservation (1: EASY)
+    largest_first: bool = False  # owned reservations for the largest waiting gangs first
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,8 @@ def plan_reserve(waiting: Sequence[tuple[str, int]], keep_for: int | None,
         out.append(Reserved(leaf, nodes, math.ceil(start), need, owner))
 
     kept_left = settings.keep if keep_for is not None and keep_for > 1 else 0
-    for owner, need in list(waiting)[:settings.max_waiting]:
+    order = sorted(waiting, key=lambda g: -g[1]) if settings.largest_first else list(waiting)
+    for owner, need in order[:settings.max_waiting]:
         if need < 2:
             continue
         best = soonest(need)

@@ -47,8 +47,14 @@ FREE = {"n0002": 100.0, "n0003": 100.0, "n0100": 900.0, "n0101": 900.0, "n0102":
     ([("g", 4)], None, ReserveSettings(keep=0),
      [("leaf0", 100, 4, "g")]),
     # two waiting gangs: one leaf each, in queue order
-    ([("g", 4), ("h", 4)], None, ReserveSettings(keep=0),
+    ([("g", 4), ("h", 4)], None, ReserveSettings(keep=0, max_waiting=8),
      [("leaf0", 100, 4, "g"), ("leaf1", 900, 4, "h")]),
+    # EASY (the policy's setting, max_waiting=1): only the first waiting gang
+    ([("g", 4), ("h", 4)], None, ReserveSettings(keep=0),
+     [("leaf0", 100, 4, "g")]),
+    # largest first: the larger gang owns the soonest leaf
+    ([("s", 2), ("g", 4)], None, ReserveSettings(keep=0, largest_first=True),
+     [("leaf0", 100, 4, "g")]),
     # a gang as large as the kept-for one uses the kept leaf: nothing more is kept
     ([("g", 4)], 4, ReserveSettings(keep=1),
      [("leaf0", 100, 4, "g")]),
