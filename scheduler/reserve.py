@@ -14,7 +14,8 @@ backfilling (Slurm/Maui) at the leaf level, with hard blocks instead of soft cos
   (``keep_for``): whole leaves first (``start`` = now + ``bound``: only work shorter than
   the bound may land there, so an arriving gang waits at most ``bound``), else the leaves
   that free soonest (``start`` = max(their free time, now + bound): nothing that ends
-  later lands there). A gang of at least ``need`` nodes may take a kept leaf. Kept leaves
+  later lands there; with ``drain_kept`` off, only whole leaves are kept). A gang of at
+  least ``need`` nodes may take a kept leaf. Kept leaves
   are counted against the owned ones for a gang as large (a burst uses the kept leaves
   first and does not drain more than ``keep`` leaves on top of its own).
 
@@ -37,6 +38,7 @@ class ReserveSettings:
     bound: int = 0  # s: work shorter than this may use a kept whole leaf
     max_waiting: int = 1  # waiting leaf gangs that get an owned reservation (1: EASY)
     largest_first: bool = False  # owned reservations for the largest waiting gangs first
+    drain_kept: bool = True  # no whole leaf to keep: drain the one freeing soonest (else none)
 
 
 @dataclass(frozen=True)
@@ -131,7 +133,7 @@ def plan_reserve(waiting: Sequence[tuple[str, int]], keep_for: int | None,
     if kept_left and keep_for is not None:
         for _ in range(kept_left):
             best = soonest(keep_for)
-            if best is None:
+            if best is None or (not settings.drain_kept and best[0] > now):
                 break
             take(best[1], keep_for, max(best[0], float(now + settings.bound)), None)
     return GangReserve(tuple(out))

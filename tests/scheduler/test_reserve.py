@@ -66,6 +66,8 @@ FREE = {"n0002": 100.0, "n0003": 100.0, "n0100": 900.0, "n0101": 900.0, "n0102":
     # a smaller waiting gang owns the leaf where its 2 nodes are free now; one kept leaf
     ([("s", 2)], 4, ReserveSettings(keep=1),
      [("leaf0", 0, 2, "s"), ("leaf1", 900, 4, None)]),
+    # drain_kept off: no whole leaf, so nothing is kept (no drain ahead of a burst)
+    ([], 4, ReserveSettings(keep=1, drain_kept=False), []),
     # keep 0 and nothing waits: no reserve
     ([], 4, ReserveSettings(keep=0), []),
 ])
@@ -73,6 +75,13 @@ def test_plan_reserve_table(waiting, keep_for, settings, expected):
     plan = plan_reserve(waiting, keep_for, LEAF_OF, FREE, 0, settings)
     got = [(r.leaf, r.start, r.need, r.owner) for r in plan.leaves]
     assert got == expected
+
+
+def test_kept_whole_leaf_without_drain():
+    free = {"n0100": 900.0}
+    plan = plan_reserve([], 4, LEAF_OF, free, 0, ReserveSettings(keep=2, drain_kept=False,
+                                                                 bound=300))
+    assert [(r.leaf, r.start, r.owner) for r in plan.leaves] == [("leaf0", 300, None)]
 
 
 def test_plan_reserve_nodes_are_the_earliest_free_and_open_ended_never_reserved():
