@@ -28,6 +28,7 @@ from scheduler.nodestate import (
 )
 from scheduler.policy import Cost, Policy
 from scheduler.reservation import Hold
+from scheduler.reserve import GangReserve
 from scheduler.scores import ScoreContext
 from scheduler.tenancy import Held, foreign, hold
 
@@ -104,6 +105,8 @@ class ClusterState:
         # EASY backfill reservation for the head-of-line leaf gang (fabric policies).
         self.hold: Hold | None = None
         self.held: frozenset[int] = frozenset()
+        # Gang reserve with time-bounded backfill (scheduler/reserve.py, ADR 0155).
+        self.reserve: GangReserve | None = None
         # Preemption search results per (node, version, shape, candidate lease ids):
         # (how many of the ordered candidates to preempt, evaluation) or None.
         self.victim_memo: dict[tuple[int, int, int, tuple[str, ...]],
@@ -395,9 +398,17 @@ class ClusterState:
         """Node indices a request may not use now: the held nodes, unless the hold
         admits it (the gang itself, or work ending by the gang's start)."""
         hold = self.hold
-        if hold is None or hold.admits(request_id, end, nodes):
-            return frozenset()
-        return self.held
+        held = (frozenset() if hold is None or hold.admits(request_id, end, nodes)
+                else self.held)
+        if self.reserve is None:
+            return held
+        index = self.index
+        return held | frozenset(index[n] for n in self.reserve.blocked(request_id, end, nodes)
+                                if n in index)
+
+    def set_reserve(self, reserve: GangReserve | None) -> None:
+        """Apply a gang reserve (None: none); only a state that tracks leaves keeps one."""
+        self.reserve = reserve if self.leaves is not None else None
 
     def set_drain(self, nodes: int | None, leaf: str | None) -> None:
         """Drain ``leaf`` for a queued gang of ``nodes`` that needs one (None: none)."""

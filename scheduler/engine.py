@@ -21,6 +21,7 @@ from scheduler.policy import get_policy
 from scheduler.preempt import CandidateIndex, find_with_victims, reclaimable
 from scheduler.quota import Admission, QuotaLedger
 from scheduler.reservation import plan_hold
+from scheduler.reserve import plan_reserve
 from scheduler.windows import earliest_start, window_state
 
 
@@ -155,6 +156,21 @@ class _Pass:
                               self.ctx, list(self.committed.values()), req, req.start,
                               shape.models)
 
+    def reserve_for(self, ordered: Sequence[Request]) -> None:
+        """Gang reserve (policies with ``reserve``, fabric only): every queued
+        leaf-required gang owns the leaf that frees soonest, and leaves are kept whole
+        ahead for the largest leaf gang seen (scheduler/reserve.py); it replaces the
+        soft drains."""
+        fabric, settings = self.ctx.fabric, self.policy.reserve
+        if settings is None or fabric is None or self.base.leaves is None:
+            return
+        waiting = [(r.id, r.nodes) for r in ordered if r.nodes > 1 and needs_one_leaf(r)]
+        self.base.set_reserve(plan_reserve(waiting, fabric.keep_for, fabric.leaf_of,
+                                           free_at(list(self.active.values())), self.now,
+                                           settings))
+        self.base.set_drain(None, None)
+        self.base.set_drains(())
+
     def hold_for(self, request: Request, decision: Unplaceable) -> None:
         """EASY backfill: the first of the largest queued leaf-required gangs that is not
         placed (for want of room, not quota) holds the nodes of the leaf that frees
@@ -211,10 +227,11 @@ class _Pass:
                 return Reason.TOPOLOGY, "required locality can never be met"
             return Reason.NO_MATCHING_GPUS, "no node set of an allowed model holds it"
         fits_now = find(self.base, req, shape, topo) is not None
-        hold = self.base.hold
-        if not fits_now and hold is not None and find(self.base, req, shape, topo,
-                                                      hold=False) is not None:
-            return Reason.RESERVED, hold.detail
+        hold, reserve = self.base.hold, self.base.reserve
+        if not fits_now and (hold is not None or reserve is not None) and find(
+                self.base, req, shape, topo, hold=False) is not None:
+            blocked = "" if reserve is None else reserve.detail(req.id, req.end, req.nodes)
+            return Reason.RESERVED, blocked or (hold.detail if hold is not None else "")
         if not fits_now and find(self.base, req, relaxed, topo, True):
             return Reason.TOPOLOGY, "free GPUs exist but not with the required locality"
         if fits_now:
@@ -241,7 +258,9 @@ def schedule_pass(snapshot: Snapshot, queue: Sequence[Request], now: int,
     run = _Pass(snapshot, queue, now, policy)
     decisions: list[Decision] = []
     budget = earliest_start_limit
-    for request in queue_order(snapshot, queue, now):
+    ordered = queue_order(snapshot, queue, now)
+    run.reserve_for(ordered)
+    for request in ordered:
         decision = run.decide(request, budget > 0)
         if isinstance(decision, Unplaceable):
             budget -= 1
@@ -253,7 +272,9 @@ def schedule_pass(snapshot: Snapshot, queue: Sequence[Request], now: int,
 def quote(snapshot: Snapshot, request: Request, now: int,
           policy: str | None = None) -> Quote:
     """Preview one request against the snapshot (nothing is committed anywhere)."""
-    decision = _Pass(snapshot, [request], now, policy).decide(request, True)
+    run = _Pass(snapshot, [request], now, policy)
+    run.reserve_for([request])
+    decision = run.decide(request, True)
     if isinstance(decision, Placement):
         return Quote(True, None, decision.start, decision)
     return Quote(False, decision.reason, decision.earliest_start, None)

@@ -56,6 +56,7 @@ from scheduler.model import (
 from scheduler.policy import get_policy
 from scheduler.replay.snapshot import percentile
 from scheduler.reservation import plan_hold
+from scheduler.reserve import plan_reserve
 from scheduler.scores import ScoreContext
 
 RETRY_WINDOW = 128
@@ -167,6 +168,7 @@ class _Sim:
                  ctx: ScoreContext, gang_nodes: int) -> None:
         self.state = ClusterState(nodes, get_policy(policy), ctx)
         self.holds = get_policy(policy).holds
+        self.reserve = get_policy(policy).reserve  # gang reserve settings (None: off)
         self.topology, self.gang_nodes = topology, gang_nodes
         self.capacity = sum(len(n.gpus) for n in nodes) * MILLI
         self.allocated = 0
@@ -248,6 +250,13 @@ class _Sim:
         if leaves is None:
             return
         gangs = [j for j in self.waiting if j.leaf_required and j.nodes > 1]
+        if self.reserve is not None:  # the reserve replaces drains and the EASY hold
+            self.state.set_reserve(plan_reserve(
+                [(j.id, j.nodes) for j in gangs], leaves.keep_for, self.leaf_of,
+                self.free_at, t, self.reserve))
+            self.state.set_drain(None, None)
+            self.state.set_drains([])
+            return
         head = max(gangs, key=lambda j: j.nodes, default=None)
         fits = head is None or any(n >= head.nodes for n in leaves.idle)
         hold = None if fits or not self.holds or head is None else plan_hold(
@@ -285,7 +294,8 @@ class _Sim:
             if k < RETRY_WINDOW and self.try_place(job, t):
                 placed.append(job)
                 hold = self.state.hold
-                if hold is not None and hold.owner == job.id:  # the next gang is head
+                if ((hold is not None and hold.owner == job.id)  # the next gang is head
+                        or (self.reserve is not None and job.nodes > 1)):  # re-plan leaves
                     self.waiting = keep + waiting[k + 1:]
                     self.plan(t)
             else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from scheduler.nodestate import NodeKey, Option, Shape
+from scheduler.reserve import ReserveSettings
 from scheduler.scores import SCORERS, ScoreContext
 
 Tier = tuple[tuple[str, float], ...]
@@ -25,6 +26,9 @@ class Policy:
     # Off in the default: measured, it delayed the next-largest gangs more than it helped
     # the largest (docs/scheduler.md, "Reservation"); kept as a policy to compare.
     holds: bool = False
+    # Gang reserve with time-bounded backfill (scheduler/reserve.py, ADR 0155): leaves
+    # reserved for waiting leaf gangs and kept ahead for the largest one (None: off).
+    reserve: ReserveSettings | None = None
 
     def __post_init__(self) -> None:
         for tier in self.tiers:
@@ -90,6 +94,13 @@ POLICIES: dict[str, Policy] = {
                "fgd+fabric, and the head-of-line leaf-required gang that fits no leaf "
                "holds the leaf that frees soonest (EASY backfill: only work that ends "
                "before the gang's start may use it).", holds=True),
+        Policy("fgd+fabric+reserve", (LOCALITY, (("fabric", 1.0),), (("fgd_levels", 1.0),),
+                                      (("cpu_strand", 1.0),), (("gpu_left", 1.0),),
+                                      (("bestfit", 1.0),)),
+               "fgd+fabric, and a gang reserve: every waiting leaf-required gang owns the "
+               "leaf that frees soonest, and leaves are kept whole ahead for the largest "
+               "leaf gang; only work that ends before a reservation's start may use it "
+               "(scheduler/reserve.py).", reserve=ReserveSettings()),
     )
 }
 
