@@ -12,13 +12,22 @@ Every middleware of a lean list must be able to run async (no thread hop per req
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
-from django.core.exceptions import ImproperlyConfigured, MiddlewareNotUsed
-from django.core.handlers.asgi import ASGIHandler
+from asgiref.sync import iscoroutinefunction, markcoroutinefunction
+from django.core import signals
+from django.core.exceptions import ImproperlyConfigured, MiddlewareNotUsed, RequestAborted
+from django.core.handlers.asgi import ASGIHandler, get_script_prefix
 from django.core.handlers.exception import convert_exception_to_response
+from django.dispatch import Signal
 from django.http import HttpRequest, HttpResponse
+from django.middleware.common import CommonMiddleware
+from django.middleware.security import SecurityMiddleware
+from django.urls import set_script_prefix
+from django.utils.deprecation import MiddlewareMixin
 from django.utils.module_loading import import_string
 
 from portal.core.asyncmw import DualModeMiddleware
@@ -68,6 +77,67 @@ class LeanASGIHandler(ASGIHandler):
             handler = convert_exception_to_response(instance)
         self._middleware_chain = handler
 
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Django 5.2's ``ASGIHandler.handle`` (body, script prefix, request, the
+        disconnect watch, response, close) with ``request_started`` and the response's
+        ``close`` (``request_finished``) run in the event loop instead of a thread hop
+        each: their receivers (``close_old_connections``, ``reset_queries``,
+        ``close_caches``, ``reset_urlconf``) only touch this thread's connections, and
+        the agent API opens none here (its database work runs in ``dbthread``'s threads,
+        which check their connections around every use). While a signal has an async
+        receiver, Django's own ``handle`` runs instead."""
+        if not (_loop_safe(signals.request_started) and _loop_safe(signals.request_finished)):
+            await super().handle(scope, receive, send)
+            return
+        try:
+            body_file = await self.read_body(receive)
+        except RequestAborted:
+            return
+        set_script_prefix(get_script_prefix(scope))
+        signals.request_started.send(sender=self.__class__, scope=scope)
+        request, error_response = self.create_request(scope, body_file)
+        if request is None:
+            body_file.close()
+            await self.send_response(error_response, send)
+            error_response.close()
+            return
+
+        async def process_request() -> HttpResponse:
+            response: HttpResponse = await self.run_get_response(request)
+            with contextlib.suppress(asyncio.CancelledError):  # client gone during send
+                await self.send_response(response, send)
+            return response
+
+        listen = asyncio.create_task(self.listen_for_disconnect(receive))
+        serve = asyncio.create_task(process_request())
+        tasks = [listen, serve]  # cancelled in this order, as Django does
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for task in tasks:
+            if task.done():
+                try:
+                    task.result()
+                except RequestAborted:
+                    pass
+                except AssertionError:
+                    body_file.close()
+                    raise
+            else:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        try:
+            response = serve.result()
+        except asyncio.CancelledError:
+            signals.request_finished.send(sender=self.__class__)
+        else:
+            response.close()  # sends request_finished
+        body_file.close()
+
+
+def _loop_safe(signal: Signal) -> bool:
+    """Every live receiver is sync (``send`` can call it in the event loop)."""
+    return not signal._live_receivers(None)[1]  # (sync, async) receivers, Django >= 5.0
+
 
 class PathPrefixDispatcher:
     """HTTP requests whose path (below the ASGI ``root_path``) starts with one of
@@ -106,3 +176,47 @@ class ApiHeadersMiddleware(DualModeMiddleware):
         for name, value in API_HEADERS.items():
             if name not in response:
                 response[name] = value
+
+
+class InlineMiddleware:
+    """A ``MiddlewareMixin`` middleware whose hooks are pure computation (no I/O), run in
+    the event loop: Django's mixin hops to a thread for ``process_request`` and again for
+    ``process_response`` on every async request. Subclasses name the ``mixin``."""
+
+    mixin: type[MiddlewareMixin]
+    sync_capable = True
+    async_capable = True
+
+    def __init__(self, get_response: Callable[[HttpRequest], Any]) -> None:
+        self.get_response = get_response
+        self.inner = self.mixin(get_response)
+        self.is_async = iscoroutinefunction(get_response)
+        if self.is_async:
+            markcoroutinefunction(self)
+
+    def __call__(self, request: HttpRequest) -> Any:
+        if self.is_async:
+            return self._acall(request)
+        return self.inner(request)
+
+    async def _acall(self, request: HttpRequest) -> HttpResponse:
+        inner: Any = self.inner
+        response = inner.process_request(request) if hasattr(inner, "process_request") \
+            else None
+        response = response or await self.get_response(request)
+        if hasattr(inner, "process_response"):
+            response = inner.process_response(request, response)
+        return response  # type: ignore[no-any-return]
+
+
+class InlineSecurityMiddleware(InlineMiddleware):
+    """``SecurityMiddleware`` (HTTPS redirect, HSTS, nosniff, referrer and COOP headers)."""
+
+    mixin = SecurityMiddleware
+
+
+class InlineCommonMiddleware(InlineMiddleware):
+    """``CommonMiddleware`` (``ALLOWED_HOSTS`` through ``get_host``, disallowed user
+    agents, ``APPEND_SLASH``, ``Content-Length``)."""
+
+    mixin = CommonMiddleware
