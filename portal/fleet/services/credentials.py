@@ -43,22 +43,31 @@ def _sql() -> str:
     return f"SELECT {cols} FROM {source} WHERE {where}"  # noqa: S608 - model names only
 
 
-def _instance(model: type[models.Model], values: list[Any]) -> Any:
-    if values[0] is None:  # LEFT JOIN found nothing
-        return None
-    fields = model._meta.concrete_fields
-    for i, field in enumerate(fields):
-        if isinstance(field, models.JSONField) and values[i] is not None:
-            values[i] = field.from_db_value(values[i], None, connection)
-    return model.from_db(connection.alias, [f.attname for f in fields], values)
+@cache
+def _layout() -> tuple[tuple[type[models.Model], int, int, list[str],
+                             tuple[tuple[int, models.JSONField[Any]], ...]], ...]:
+    """Per model of ``_CHAIN``: its slice of the row, its attnames and its JSON fields."""
+    out, at = [], 0
+    for model, _, _ in _CHAIN:
+        fields = model._meta.concrete_fields
+        json_fields = tuple((i, f) for i, f in enumerate(fields)
+                            if isinstance(f, models.JSONField))
+        out.append((model, at, at + len(fields), [f.attname for f in fields], json_fields))
+        at += len(fields)
+    return tuple(out)
 
 
 def _split(row: tuple[Any, ...]) -> list[Any]:
-    out, at = [], 0
-    for model, _, _ in _CHAIN:
-        width = len(model._meta.concrete_fields)
-        out.append(_instance(model, list(row[at:at + width])))
-        at += width
+    out = []
+    for model, start, end, attnames, json_fields in _layout():
+        values = list(row[start:end])
+        if values[0] is None:  # LEFT JOIN found nothing
+            out.append(None)
+            continue
+        for i, field in json_fields:
+            if values[i] is not None:
+                values[i] = field.from_db_value(values[i], None, connection)
+        out.append(model.from_db(connection.alias, attnames, values))
     return out
 
 
