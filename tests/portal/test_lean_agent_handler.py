@@ -45,7 +45,7 @@ class Response:
 
 
 def call(path: str, method: str = "GET", body: bytes = b"",
-         headers: dict[str, str] | None = None) -> Response:
+         headers: dict[str, str] | None = None, query: str = "") -> Response:
     from portal.asgi import application
 
     sent = {"host": "testserver", "cookie": "sessionid=stale; csrftoken=stale",
@@ -56,7 +56,7 @@ def call(path: str, method: str = "GET", body: bytes = b"",
                 (b"content-length", str(len(body)).encode())]
     scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
              "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
-             "query_string": b"", "root_path": "", "headers": raw,
+             "query_string": query.encode(), "root_path": "", "headers": raw,
              "client": ("127.0.0.1", 40000), "server": ("testserver", 80)}
 
     async def run() -> Response:
@@ -130,3 +130,41 @@ def test_browser_pages_keep_the_full_stack(touched: dict[str, int]) -> None:
     assert any(c.startswith(f"{settings.CSRF_COOKIE_NAME}=")
                for c in response.headers.get("set-cookie", []))
     assert "cookie" in response.header("Vary").lower()
+
+
+@pytest.mark.services("postgres")
+@pytest.mark.django_db(transaction=True)  # the agent API's own database threads
+def test_the_protocol_through_the_lean_handler(touched: dict[str, int]) -> None:
+    from portal.fleet.models import AgentReport
+    from portal.fleet.services.enrolment import bootstrap_token_create
+    from tests.portal.fleet.helpers import report, sample
+
+    prefix = settings.AGENT_API_PREFIX
+    token = bootstrap_token_create(actor=None, role="node", hostname="lean-01")[1]
+    enrol = call(f"{prefix}enrol", "POST", json.dumps({
+        "protocol": 1, "bootstrap_token": token, "role": "node", "hostname": "lean-01",
+        "agent_version": "0.1.0", "inventory": {}}).encode())
+    assert enrol.status == 201, enrol.body
+    node_id, credential = json.loads(enrol.body)["node_id"], json.loads(enrol.body)["credential"]
+    auth = {"authorization": f"Bearer {credential}"}
+    path = f"{prefix}nodes/{node_id}/reports"
+
+    bad = report(node_id, 1, [sample(1_764_000_000.0)])
+    bad["telemetry"][0]["gpus"][0]["index"] = "zero"
+    refused = call(path, "POST", json.dumps(bad).encode(), auth)
+    assert refused.status == 400
+    error = json.loads(refused.body)["error"]
+    assert error["code"] == "invalid_report"
+    assert error["details"][0]["field"] == "telemetry[0].gpus[0].index"
+    assert not AgentReport.objects.exists()  # a refused report changes nothing
+
+    ok = call(path, "POST", json.dumps(report(node_id, 1, [sample(1_764_000_000.0)])).encode(),
+              auth)
+    assert ok.status == 200, ok.body
+    assert json.loads(ok.body)["status"] == "accepted"
+    assert AgentReport.objects.filter(agent__agent_id=node_id, seq=1).exists()
+    desired = call(f"{prefix}nodes/{node_id}/desired-state", headers=auth,
+                   query="after_generation=-1&wait=0")
+    assert desired.status in (200, 204), desired.body  # 204: nothing desired yet
+    assert touched == dict.fromkeys(BROWSER_ONLY, 0)
+    assert all("set-cookie" not in r.headers for r in (enrol, refused, ok, desired))
