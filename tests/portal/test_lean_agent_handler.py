@@ -168,3 +168,19 @@ def test_the_protocol_through_the_lean_handler(touched: dict[str, int]) -> None:
     assert desired.status in (200, 204), desired.body  # 204: nothing desired yet
     assert touched == dict.fromkeys(BROWSER_ONLY, 0)
     assert all("set-cookie" not in r.headers for r in (enrol, refused, ok, desired))
+
+
+class SyncOnly:
+    sync_capable, async_capable = True, False
+
+    def __init__(self, get_response: Any) -> None:
+        self.get_response = get_response
+
+
+def test_a_lean_stack_refuses_sync_only_middleware() -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from portal.core.lean_asgi import LeanASGIHandler
+
+    with pytest.raises(ImproperlyConfigured, match="cannot run async"):
+        LeanASGIHandler([f"{__name__}.SyncOnly"])
