@@ -1,4 +1,8 @@
-"""ASGI entry point: HTTP through Django, WebSockets through Channels (origin-checked)."""
+"""ASGI entry point: HTTP through Django, WebSockets through Channels (origin-checked).
+
+HTTP requests under ``settings.AGENT_API_PREFIX`` (the agent API) go to a lean Django
+handler with ``settings.AGENT_MIDDLEWARE``; every other one to the full stack (ADR 0150).
+"""
 
 import os
 
@@ -11,9 +15,16 @@ from django.core.asgi import get_asgi_application
 
 django_asgi_app = get_asgi_application()
 
+from django.conf import settings  # noqa: E402
+
+from portal.core.lean_asgi import LeanASGIHandler, PathPrefixDispatcher  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
 
+agent_asgi_app = LeanASGIHandler(settings.AGENT_MIDDLEWARE)
+http_app = PathPrefixDispatcher([(settings.AGENT_API_PREFIX, agent_asgi_app)],
+                                default=django_asgi_app)
+
 application = ProtocolTypeRouter({
-    "http": django_asgi_app,
+    "http": http_app,
     "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
 })

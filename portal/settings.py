@@ -86,6 +86,20 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
+# The agent API (bearer credentials, JSON) runs in a lean ASGI handler of its own
+# (portal/asgi.py, ADR 0150): no sessions, auth, CSRF, locale, messages, htmx or static
+# files. SecurityMiddleware (HTTPS redirect, HSTS, nosniff), CommonMiddleware (ALLOWED_HOSTS
+# via get_host, DISALLOWED_USER_AGENTS, Content-Length), fixed CSP/X-Frame-Options headers
+# and the request context (caller address and agent, for audit) stay, all run in the
+# event loop (no thread hop per hook: portal.core.lean_asgi.InlineMiddleware).
+AGENT_API_PREFIX = "/api/agent/v1/"
+AGENT_MIDDLEWARE = [
+    "portal.core.lean_asgi.InlineSecurityMiddleware",
+    "portal.core.lean_asgi.ApiHeadersMiddleware",
+    "portal.core.lean_asgi.InlineCommonMiddleware",
+    "portal.core.middleware.RequestContextMiddleware",
+]
+
 ROOT_URLCONF = "portal.urls"
 WSGI_APPLICATION = "portal.wsgi.application"
 ASGI_APPLICATION = "portal.asgi.application"

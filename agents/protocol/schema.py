@@ -14,6 +14,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, TypedDict
 
 INT16_MAX = 2**15 - 1
@@ -248,15 +249,21 @@ class Obj(Spec):
         if len(value) > self.max_keys:
             _add(out, path or "$", f"at most {self.max_keys} keys")
 
+    @cached_property
+    def _checks(self) -> tuple[tuple[str, Callable[[Any], bool], bool], ...]:
+        """``(name, spec.ok, optional)`` per field, bound once (the hot path of ``ok``)."""
+        return tuple((f.name, f.spec.ok, f.optional) for f in self.fields)
+
     def ok(self, value: Any) -> bool:
         if type(value) is not dict or len(value) > self.max_keys:
             return False
-        for f in self.fields:
-            item = value.get(f.name)
+        get = value.get
+        for name, check, optional in self._checks:
+            item = get(name)
             if item is None:
-                if not f.optional:
+                if not optional:
                     return False
-            elif not f.spec.ok(item):
+            elif not check(item):
                 return False
         return True
 

@@ -97,10 +97,57 @@ def _asgi_run(nodes: list[Any], rounds: int, start: float,
     return asyncio.run(main())
 
 
+def _app_run(nodes: list[Any], rounds: int, start: float,
+             profiler: cProfile.Profile | None) -> list[float]:
+    """``--through app``: each report through the production ASGI application
+    (``portal.asgi.application``: the path dispatch and the agent API's lean handler,
+    ADR 0150) as uvicorn hands it over (HTTP parsing and the socket not included)."""
+    from asgiref.testing import ApplicationCommunicator
+
+    from portal.asgi import application
+
+    async def one(path: str, body: bytes, credential: str) -> int:
+        headers = [(b"host", b"localhost"), (b"content-type", b"application/json"),
+                   (b"content-length", str(len(body)).encode()),
+                   (b"authorization", f"Bearer {credential}".encode())]
+        scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+                 "method": "POST", "scheme": "http", "path": path,
+                 "raw_path": path.encode(), "query_string": b"", "root_path": "",
+                 "headers": headers, "client": ("127.0.0.1", 40000),
+                 "server": ("localhost", 80)}
+        comm = ApplicationCommunicator(application, scope)
+        await comm.send_input({"type": "http.request", "body": body, "more_body": False})
+        status = int((await comm.receive_output(30))["status"])
+        while (await comm.receive_output(30)).get("more_body"):
+            pass
+        await comm.wait(30)
+        return status
+
+    async def main() -> list[float]:
+        cpu: list[float] = []
+        for r in range(rounds):
+            for node in nodes:
+                body = json.dumps(node.report(start + 10.0 * r)).encode()
+                path = f"/api/agent/v1/nodes/{node.node_id}/reports"
+                if profiler is not None:
+                    profiler.enable()
+                t0 = time.process_time()  # every thread of this process
+                status = await one(path, body, node.credential)
+                cpu.append(time.process_time() - t0)
+                if profiler is not None:
+                    profiler.disable()
+                assert status == 200, status
+        return cpu
+
+    return asyncio.run(main())
+
+
 def _run(nodes: list[Any], rounds: int, start: float, profiler: cProfile.Profile | None,
          through: str = "view") -> tuple[list[float], int]:
     if through == "asgi":
         return _asgi_run(nodes, rounds, start, profiler), 0
+    if through == "app":
+        return _app_run(nodes, rounds, start, profiler), 0
     from django.db import connection, reset_queries
 
     from portal.fleet.api import views
@@ -132,8 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=12, help="reports per node (10 s apart)")
     p.add_argument("--warmup-rounds", type=int, default=2)
     p.add_argument("--profile", type=int, default=0, help="print the N costliest functions")
-    p.add_argument("--through", choices=("view", "asgi"), default="view",
-                   help="view: the report view alone; asgi: Django's ASGI handler too")
+    p.add_argument("--through", choices=("view", "asgi", "app"), default="view",
+                   help="view: the report view alone; asgi: Django's ASGI handler with the "
+                        "full (browser) middleware too; app: portal.asgi.application, "
+                        "the agent API's lean handler")
     o = p.parse_args(argv)
     _setup(os.environ.get("BENCH_PROFILE_DATABASE_URL", DEFAULT_DB))
     run = f"{int(time.time()) % 100000}"
@@ -148,7 +197,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {'reports':<24}{len(ms)}")
     print(f"  {'server CPU ms / report':<24}mean {statistics.fmean(ms):.2f}  "
           f"p50 {ms[len(ms) // 2]:.2f}  p90 {ms[int(len(ms) * 0.9)]:.2f}")
-    counted = f"{queries / len(ms):.2f}" if o.through == "view" else "not counted (asgi)"
+    counted = f"{queries / len(ms):.2f}" if o.through == "view" else \
+        f"not counted ({o.through})"
     print(f"  {'queries / report':<24}{counted}")
     print(f"  {'load average':<24}{' '.join(open('/proc/loadavg').read().split()[:3])}")  # noqa: SIM115
     if profiler is not None:

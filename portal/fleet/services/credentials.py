@@ -43,44 +43,44 @@ def _sql() -> str:
     return f"SELECT {cols} FROM {source} WHERE {where}"  # noqa: S608 - model names only
 
 
-def _converters(model: type[models.Model]) -> list[tuple[int, Any, list[Any]]]:
-    """Per column, what Django's compiler would apply to a raw value: the backend's
-    converters (SQLite: text → aware datetime) and the field's (JSON decoding)."""
-    out = []
-    for i, field in enumerate(model._meta.concrete_fields):
-        col = field.get_col(model._meta.db_table)
-        found = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
-        if found:
-            out.append((i, col, found))
-    return out
+Layout = tuple[type[models.Model], int, int, list[str], tuple[tuple[int, Any, list[Any]], ...]]
+_LAYOUTS: dict[str, tuple[Layout, ...]] = {}
 
 
-def _instance(model: type[models.Model], values: list[Any]) -> Any:
-    if values[0] is None:  # LEFT JOIN found nothing
-        return None
-    for i, col, converters in _converters_of(model):
-        for convert in converters:
-            values[i] = convert(values[i], col, connection)
-    fields = model._meta.concrete_fields
-    return model.from_db(connection.alias, [f.attname for f in fields], values)
-
-
-_CONVERTERS: dict[tuple[str, type[models.Model]], list[tuple[int, Any, list[Any]]]] = {}
-
-
-def _converters_of(model: type[models.Model]) -> list[tuple[int, Any, list[Any]]]:
-    key = (connection.vendor, model)
-    if key not in _CONVERTERS:
-        _CONVERTERS[key] = _converters(model)
-    return _CONVERTERS[key]
+def _layout() -> tuple[Layout, ...]:
+    """Per model of ``_CHAIN``: its slice of the row, its attnames and, per column that
+    needs one, what Django's compiler would apply to a raw value — the backend's
+    converters (SQLite: text → aware datetime) and the field's (JSON decoding). Built
+    once per database vendor."""
+    if (found := _LAYOUTS.get(connection.vendor)) is not None:
+        return found
+    out, at = [], 0
+    for model, _, _ in _CHAIN:
+        fields = model._meta.concrete_fields
+        converting = []
+        for i, field in enumerate(fields):
+            col = field.get_col(model._meta.db_table)
+            funcs = connection.ops.get_db_converters(col) + col.get_db_converters(connection)
+            if funcs:
+                converting.append((i, col, funcs))
+        out.append((model, at, at + len(fields), [f.attname for f in fields],
+                    tuple(converting)))
+        at += len(fields)
+    _LAYOUTS[connection.vendor] = tuple(out)
+    return _LAYOUTS[connection.vendor]
 
 
 def _split(row: tuple[Any, ...]) -> list[Any]:
-    out, at = [], 0
-    for model, _, _ in _CHAIN:
-        width = len(model._meta.concrete_fields)
-        out.append(_instance(model, list(row[at:at + width])))
-        at += width
+    out = []
+    for model, start, end, attnames, converting in _layout():
+        values = list(row[start:end])
+        if values[0] is None:  # LEFT JOIN found nothing
+            out.append(None)
+            continue
+        for i, col, funcs in converting:
+            for convert in funcs:
+                values[i] = convert(values[i], col, connection)
+        out.append(model.from_db(connection.alias, attnames, values))
     return out
 
 
