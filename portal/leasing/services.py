@@ -121,7 +121,8 @@ def _check_shape(spec: OrderSpec) -> None:
 
 def _models_available(spec: OrderSpec) -> list[str]:
     wanted = spec.models or sorted(CATALOG)
-    have = set(Gpu.objects.filter(model__in=wanted).values_list("model", flat=True).distinct())
+    have = set(Gpu.objects.filter(model__in=wanted).order_by().values_list("model", flat=True)
+               .distinct())  # order_by(): Meta.ordering would make it DISTINCT per GPU
     if not have:
         raise _err("models", _("The pool has no GPUs of the requested model(s)."))
     return [m for m in wanted if m in have]

@@ -277,3 +277,17 @@ def test_allocation_rows_are_written_in_a_fixed_number_of_statements(
     assert rows.count() == len(hosts) * 4 * 8
     assert set(rows.values_list("slot", flat=True)) == set(range(8))
     assert set(rows.values_list("node__hostname", flat=True)) == set(hosts)
+
+
+def test_models_available_reads_one_row_per_model(pool: dict[str, Any]) -> None:
+    """Regression (issue 12, POST /orders p50 0.6 s at 10,000 nodes): the model check's
+    DISTINCT carried Gpu's Meta.ordering (node hostname, index), so every order read one
+    row per GPU of the pool (80,000 at 10,000 nodes, ≈ 0.2 s)."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    spec = services.OrderSpec(models=[], gpu_count=1, duration_hours=Decimal(1))
+    with CaptureQueriesContext(connection) as queries:
+        assert services._models_available(spec) == ["H100"]
+    sql = queries.captured_queries[0]["sql"]
+    assert "hostname" not in sql and '"index"' not in sql, sql
