@@ -179,6 +179,14 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 RECONCILE_EVERY_S = float(os.environ.get("GPUPOOL_RECONCILE_EVERY_S", "5"))
+# The reconciler's repair sweep covers every granting node once per this (lifecycle/repair)
+GPUPOOL_REPUSH_SWEEP_S = float(os.environ.get("GPUPOOL_REPUSH_SWEEP_S", "600"))
+GPUPOOL_REPUSH_MIN_PER_BEAT = int(os.environ.get("GPUPOOL_REPUSH_MIN_PER_BEAT", "20"))
+# Agents' intervals scale with the fleet (portal/fleet/intervals.py, ADR 0160)
+GPUPOOL_AGENT_REPORTS_PER_S = float(os.environ.get("GPUPOOL_AGENT_REPORTS_PER_S", "50"))
+GPUPOOL_AGENT_LONG_POLLS_PER_S = float(os.environ.get("GPUPOOL_AGENT_LONG_POLLS_PER_S", "100"))
+GPUPOOL_AGENT_UNREACHABLE_AFTER_S = int(os.environ.get("GPUPOOL_AGENT_UNREACHABLE_AFTER_S",
+                                                       "30"))
 CELERY_BEAT_SCHEDULE = {
     "reconcile-leases": {"task": "portal.leasing.tasks.reconcile",
                          "schedule": RECONCILE_EVERY_S},

@@ -314,7 +314,7 @@ def test_repush_slice_covers_the_fleet_once_per_sweep(settings: Any) -> None:
 
     from portal.leasing.lifecycle import repair
 
-    settings.GPUPOOL_RECONCILE_EVERY_S = 5
+    settings.RECONCILE_EVERY_S = 5
     settings.GPUPOOL_REPUSH_SWEEP_S = 600
     settings.GPUPOOL_REPUSH_MIN_PER_BEAT = 20
     assert repair._budget(40) == 20 and repair._budget(10_000) == 84

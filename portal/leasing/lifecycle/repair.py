@@ -38,7 +38,7 @@ def granting_nodes() -> list[int]:
 
 def _budget(count: int) -> int:
     sweep = float(getattr(settings, "GPUPOOL_REPUSH_SWEEP_S", DEFAULT_SWEEP_S))
-    beat = float(getattr(settings, "GPUPOOL_RECONCILE_EVERY_S", 5))
+    beat = float(getattr(settings, "RECONCILE_EVERY_S", 5))
     least = int(getattr(settings, "GPUPOOL_REPUSH_MIN_PER_BEAT", DEFAULT_MIN_PER_BEAT))
     return max(least, math.ceil(count * beat / max(sweep, beat)))
 
