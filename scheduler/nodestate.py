@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import IntEnum
+from functools import lru_cache
 
 from scheduler.model import MILLI
 
@@ -52,7 +53,20 @@ def make_key(
     model: str, cpu_cap: int, mem_cap: int, cpu_free: int, mem_free: int,
     domains: list[list[int]], fabric: int = 0,
 ) -> tuple[NodeKey, list[int]]:
-    """Canonical key plus, for each canonical domain position, the original domain index."""
+    """Canonical key plus, for each canonical domain position, the original domain index.
+
+    Memoised on its inputs (``_make_key``): most nodes of a pool share a state (idle, the
+    same model and size), and a pass keys every node (10,000 sorts per pass at 10,000
+    nodes). The returned order list is shared: callers only read it."""
+    return _make_key(model, cpu_cap, mem_cap, cpu_free, mem_free,
+                     tuple(tuple(d) for d in domains), fabric)
+
+
+@lru_cache(maxsize=1 << 16)
+def _make_key(
+    model: str, cpu_cap: int, mem_cap: int, cpu_free: int, mem_free: int,
+    domains: tuple[tuple[int, ...], ...], fabric: int,
+) -> tuple[NodeKey, list[int]]:
     decorated = sorted(
         (tuple(sorted(d, reverse=True)), pos) for pos, d in enumerate(domains) if d
     )
