@@ -68,3 +68,15 @@ def busy_leaves(leaves: int = 7, per_leaf: int = 8, free_leaf: int = 0,
     held = tuple(lease(f"busy{leaf}", f"n{leaf:02d}00", list(range(busy_gpus)))
                  for leaf in range(leaves) if leaf != free_leaf)
     return snap(nodes, topo, leases=held), topo
+
+
+def waiting_gang_case(extra: tuple[Lease, ...] = ()) -> Snapshot:
+    """2 leaves × 4 nodes. leaf0: n0000/n0001 idle, n0002/n0003 busy until 100;
+    leaf1: n0100–n0102 busy until 900, n0103 idle. A 4-node leaf gang fits no leaf now;
+    leaf0 frees soonest (t=100). Shared by the hold and the reserve tests."""
+    nodes, topo = hgx_cluster(leaves=2, per_leaf=4)
+    busy = (lease("a", "n0002", list(range(8)), end=100),
+            lease("b", "n0003", list(range(8)), end=100),
+            *(lease(f"c{k}", f"n010{k}", list(range(8)), end=900) for k in range(3)),
+            *extra)
+    return snap(nodes, topo, leases=busy)

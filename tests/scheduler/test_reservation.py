@@ -22,23 +22,12 @@ from scheduler import (
 from scheduler.decisions import Reason
 from scheduler.reservation import Hold, plan_hold
 
-from .builders import hgx_cluster, lease, req, snap
+from .builders import hgx_cluster, lease, req, snap, waiting_gang_case
 
 # The hold is opt-in (scheduler/policy.py): off in the default policy, measured.
 HOLD_POLICY = "fgd+fabric+hold"
 
 LEAF = Locality(LocalityLevel.LEAF, required=True)
-
-
-def _waiting_gang_case():
-    """2 leaves × 4 nodes. leaf0: n0000/n0001 idle, n0002/n0003 busy until 100;
-    leaf1: n0100–n0102 busy until 900, n0103 idle. A 4-node leaf gang fits no leaf now;
-    leaf0 frees soonest (t=100)."""
-    nodes, topo = hgx_cluster(leaves=2, per_leaf=4)
-    busy = (lease("a", "n0002", list(range(8)), end=100),
-            lease("b", "n0003", list(range(8)), end=100),
-            *(lease(f"c{k}", f"n010{k}", list(range(8)), end=900) for k in range(3)))
-    return snap(nodes, topo, leases=busy)
 
 
 GANG = req("gang", gpus=8, nodes=4, locality=LEAF, start=0, end=10_000)
@@ -48,7 +37,7 @@ def test_waiting_leaf_gang_is_not_passed_by_a_longer_smaller_gang():
     # Old code: the 2-node gang found only one idle node off the drained leaf, fell back
     # to leaf0 and took it until t=10,000 — the 4-node gang's start moved from 100 to
     # 10,000. Now it is refused as reserved and the gang keeps its start.
-    s = _waiting_gang_case()
+    s = waiting_gang_case()
     pair = req("pair", gpus=8, nodes=2, start=0, end=10_000, submitted_at=1)
     by_id = schedule_pass(s, [GANG, pair], now=0, policy=HOLD_POLICY).by_id()
     assert isinstance(by_id["gang"], Unplaceable)
@@ -60,7 +49,7 @@ def test_waiting_leaf_gang_is_not_passed_by_a_longer_smaller_gang():
 
 
 def test_work_that_ends_before_the_gang_starts_backfills_the_held_leaf():
-    s = _waiting_gang_case()
+    s = waiting_gang_case()
     short = req("short", gpus=8, nodes=2, start=0, end=100, submitted_at=1)
     d = schedule_pass(s, [GANG, short], now=0, policy=HOLD_POLICY).by_id()["short"]
     assert isinstance(d, Placement), d
@@ -68,7 +57,7 @@ def test_work_that_ends_before_the_gang_starts_backfills_the_held_leaf():
 
 
 def test_single_node_work_off_the_held_nodes_is_unaffected_and_on_them_is_refused():
-    s = _waiting_gang_case()
+    s = waiting_gang_case()
     first = req("first", gpus=8, start=0, end=10_000, submitted_at=1)
     second = req("second", gpus=8, start=0, end=10_000, submitted_at=2)
     open_ended = req("open", gpus=1, start=0, end=None, submitted_at=3)
@@ -79,7 +68,7 @@ def test_single_node_work_off_the_held_nodes_is_unaffected_and_on_them_is_refuse
 
 
 def test_a_gang_as_large_as_the_waiting_one_may_take_the_held_leaf():
-    s = _waiting_gang_case()
+    s = waiting_gang_case()
     twin = req("twin", gpus=8, nodes=4, locality=LEAF, start=0, end=10_000,
                submitted_at=1)
     by_id = schedule_pass(s, [GANG, twin], now=0, policy=HOLD_POLICY).by_id()
@@ -88,14 +77,14 @@ def test_a_gang_as_large_as_the_waiting_one_may_take_the_held_leaf():
 
 
 def test_fgd_plus_keeps_no_reservation():
-    s = _waiting_gang_case()
+    s = waiting_gang_case()
     pair = req("pair", gpus=8, nodes=2, start=0, end=10_000, submitted_at=1)
     d = schedule_pass(s, [GANG, pair], now=0, policy="fgd+").by_id()["pair"]
     assert isinstance(d, Placement)
 
 
 def test_a_gang_refused_by_quota_holds_nothing():
-    s = _waiting_gang_case()
+    s = waiting_gang_case()
     s = replace(s, quotas={"t1": TenantQuota("t1", gpu_hour_budget=1.0)})
     pair = req("pair", tenant="t2", gpus=8, nodes=2, start=0, end=10_000, submitted_at=1)
     by_id = schedule_pass(s, [GANG, pair], now=0, policy=HOLD_POLICY).by_id()

@@ -15,23 +15,11 @@ from scheduler.decisions import Reason
 from scheduler.model import Lease
 from scheduler.reserve import GangReserve, Reserved, ReserveSettings, plan_reserve
 
-from .builders import as_lease, hgx_cluster, lease, req, snap
+from .builders import as_lease, hgx_cluster, lease, req, snap, waiting_gang_case
 
 POLICY = "fgd+fabric+reserve"
 LEAF = Locality(LocalityLevel.LEAF, required=True)
 LEAF_OF = {f"n{leaf:02d}{k:02d}": f"leaf{leaf}" for leaf in range(2) for k in range(4)}
-
-
-def _case(extra: tuple[Lease, ...] = ()):
-    """2 leaves × 4 nodes. leaf0: n0000/n0001 idle, n0002/n0003 busy until 100;
-    leaf1: n0100–n0102 busy until 900, n0103 idle. A 4-node leaf gang fits no leaf now;
-    leaf0 frees soonest (t=100)."""
-    nodes, topo = hgx_cluster(leaves=2, per_leaf=4)
-    busy = (lease("a", "n0002", list(range(8)), end=100),
-            lease("b", "n0003", list(range(8)), end=100),
-            *(lease(f"c{k}", f"n010{k}", list(range(8)), end=900) for k in range(3)),
-            *extra)
-    return snap(nodes, topo, leases=busy)
 
 
 GANG = req("gang", gpus=8, nodes=4, locality=LEAF, start=0, end=10_000)
@@ -125,7 +113,7 @@ def test_kept_leaf_admits_a_gang_as_large_and_short_work_only():
     (req("short2", gpus=8, nodes=2, start=0, end=100, submitted_at=1), {"n0000", "n0001"}),
 ])
 def test_reserved_leaf_backfill_table(work, expected):
-    by_id = schedule_pass(_case(), [GANG, work], now=0, policy=POLICY).by_id()
+    by_id = schedule_pass(waiting_gang_case(), [GANG, work], now=0, policy=POLICY).by_id()
     gang = by_id["gang"]
     assert isinstance(gang, Unplaceable) and gang.earliest_start == 100
     got = by_id[work.id]
@@ -142,7 +130,7 @@ def test_waiting_gang_gets_its_leaf_at_the_reservation_time():
     """(c) A small timeline: t=0 the gang waits (start 100), a short job backfills leaf0
     and a long one goes elsewhere; t=50 a long pair arrives and is kept off leaf0; t=100
     the leases there have ended and the gang gets leaf0, ahead of the long pair."""
-    s0 = _case()
+    s0 = waiting_gang_case()
     short = req("short", gpus=8, nodes=2, start=0, end=100, submitted_at=1)
     long_ = req("long", gpus=8, start=0, end=5_000, submitted_at=2)
     p0 = schedule_pass(s0, [GANG, short, long_], now=0, policy=POLICY).by_id()
@@ -151,11 +139,11 @@ def test_waiting_gang_gets_its_leaf_at_the_reservation_time():
     assert {p.node for p in p0["long"].parts} == {"n0103"}
     placed = (as_lease(p0["short"]), as_lease(p0["long"]))
     pair = req("pair", gpus=8, nodes=2, start=50, end=5_000, submitted_at=3)
-    p50 = schedule_pass(_case(placed), [GANG, pair], now=50, policy=POLICY).by_id()
+    p50 = schedule_pass(waiting_gang_case(placed), [GANG, pair], now=50, policy=POLICY).by_id()
     assert isinstance(p50["gang"], Unplaceable) and isinstance(p50["pair"], Unplaceable)
     # t=100: a, b and short have ended
     nodes, topo = hgx_cluster(leaves=2, per_leaf=4)
-    left = tuple(le for le in (*_case().leases, *placed) if le.end is None or le.end > 100)
+    left = tuple(le for le in (*waiting_gang_case().leases, *placed) if le.end is None or le.end > 100)
     p100 = schedule_pass(snap(nodes, topo, leases=left), [pair, GANG], now=100,
                          policy=POLICY).by_id()
     gang = p100["gang"]
