@@ -1,8 +1,9 @@
 """The one adapter between the portal and the pure scheduling core (``scheduler``).
 
 Reads a snapshot through the ORM — nodes, topology and quotas from the worker's
-validated cache (``schedcache``), leases and fair-share usage fresh each time (``usage``:
-decayed running totals) — translates leases into the core's frozen dataclasses, calls
+validated cache (``schedcache``), the held leases from its lease book (brought up to date
+from the change log on every use), fair-share usage fresh each time (``usage``: decayed
+running totals) — translates leases into the core's frozen dataclasses, calls
 it, and translates its decisions back. No writes happen here. Quotes share one snapshot
 for a moment (``quotesnap``); placing never uses it.
 """
@@ -160,47 +161,82 @@ def _topology() -> core.Topology:
     return CACHE.get().topology
 
 
-def _leases(exclude: Iterable[str] = (), static: Static | None = None,
-            ) -> tuple[core.Lease, ...]:
-    """Every lease holding live allocations, read each pass: one row per (lease, GPU)
-    (the slots counted by the database) and one per lease; hostnames, GPU indexes and
-    tenant slugs come from the cache."""
-    static = static or CACHE.get()
-    skip = set(exclude)
+@dataclass(frozen=True)
+class _Held:
+    """A held lease as the lease book keeps it: the core's lease with its recorded end,
+    and what the end of a pass needs (the sort key; whether it may outlive its end)."""
+
+    lease: core.Lease
+    created: float
+    lingering: bool  # past its end it still holds its GPUs until torn down
+
+
+def _held_order(held: _Held) -> tuple[float, str]:
+    return (-held.created, held.lease.id)
+
+
+def _read_held(ids: list[str] | None, basis: tuple[Mapping[int, tuple[str, int]],
+                                                    Mapping[int, str]],
+               ) -> dict[str, _Held]:
+    """The leases ``ids`` (``None``: all) that hold live allocations: one row per (lease,
+    GPU), the slots counted by the database, and one per lease; hostnames, GPU indexes
+    and tenant slugs from the cache (``basis``)."""
+    gpu_places, slugs = basis
+    live = Allocation.objects.filter(live=True)
+    if ids is not None:
+        live = live.filter(lease_id__in=ids)
     parts: dict[Any, dict[tuple[str, int], int]] = defaultdict(dict)
-    gpu_at = _gpu_places(static)
-    for lease_id, gpu_id, slots in Allocation.objects.filter(live=True).values_list(
-            "lease_id", "gpu_id").annotate(slots=Count("id")).order_by():
+    gpu_at = _gpu_places(gpu_places)
+    for lease_id, gpu_id, slots in live.values_list("lease_id", "gpu_id").annotate(
+            slots=Count("id")).order_by():
         parts[lease_id][gpu_at(gpu_id)] = slots * MILLI_PER_SLOT
-    out: list[core.Lease] = []
-    # A lease past its end still holds its GPUs until its teardown finished (expiry runs
-    # on a beat): never hand them to someone else before that.
-    on_hardware = int(clock.now().timestamp()) + 1
-    slug = _tenant_slugs(static)
-    for pk, tenant_id, priority, start_at, end_at, borrowed, model, state in (
-            Lease.objects.filter(pk__in=Allocation.objects.filter(live=True).values(
-                "lease_id")).order_by("-created").values_list(
+    slug = _tenant_slugs(slugs)
+    out: dict[str, _Held] = {}
+    for pk, tenant_id, priority, start_at, end_at, borrowed, model, state, created in (
+            Lease.objects.filter(pk__in=live.values("lease_id")).values_list(
                 "id", "tenant_id", "priority", "start_at", "end_at", "borrowed",
-                "gpu_model", "state")):
-        if str(pk) in skip:
-            continue
+                "gpu_model", "state", "created")):
         by_node: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for (hostname, index), milli in sorted(parts[pk].items()):
             by_node[hostname].append((index, milli))
-        out.append(core.Lease(
+        lease = core.Lease(
             id=str(pk), tenant=slug(tenant_id), priority=PRIORITY[priority],
             parts=tuple(core.NodeAllocation(node=h, gpus=tuple(g)) for h, g in by_node.items()),
-            start=int(start_at.timestamp()),
-            end=max(int(end_at.timestamp()), on_hardware if state in LINGERING else 0),
-            borrowed=borrowed, model=model))
+            start=int(start_at.timestamp()), end=int(end_at.timestamp()),
+            borrowed=borrowed, model=model)
+        out[lease.id] = _Held(lease, created.timestamp(), state in LINGERING)
+    return out
+
+
+BOOK: schedcache.LeaseBook[_Held] = schedcache.LeaseBook(_read_held, _held_order)
+
+
+def _leases(exclude: Iterable[str] = (), static: Static | None = None,
+            ) -> tuple[core.Lease, ...]:
+    """Every lease holding live allocations, newest first, as the caller's transaction
+    sees them: from the worker's lease book (``schedcache.LeaseBook``), which re-reads
+    only the leases changed since its last read."""
+    static = static or CACHE.get()
+    skip = set(exclude)
+    # A lease past its end still holds its GPUs until its teardown finished (expiry runs
+    # on a beat): never hand them to someone else before that.
+    on_hardware = int(clock.now().timestamp()) + 1
+    out: list[core.Lease] = []
+    for held in BOOK.held((static.gpu_at, static.tenant_slug)):
+        lease = held.lease
+        if lease.id in skip:
+            continue
+        if held.lingering and lease.end < on_hardware:
+            lease = replace(lease, end=on_hardware)
+        out.append(lease)
     return tuple(out)
 
 
-def _gpu_places(static: Static) -> Callable[[int], tuple[str, int]]:
+def _gpu_places(known: Mapping[int, tuple[str, int]]) -> Callable[[int], tuple[str, int]]:
     """GPU pk -> (hostname, index), from the cache; one the cache lacks (added since it
     was validated) is read."""
     def place(gpu_id: int) -> tuple[str, int]:
-        hit = static.gpu_at.get(gpu_id)
+        hit = known.get(gpu_id)
         if hit is None:
             hostname, index = Gpu.objects.values_list("node__hostname", "index").get(pk=gpu_id)
             hit = (hostname, index)
@@ -208,9 +244,9 @@ def _gpu_places(static: Static) -> Callable[[int], tuple[str, int]]:
     return place
 
 
-def _tenant_slugs(static: Static) -> Callable[[int], str]:
+def _tenant_slugs(known: Mapping[int, str]) -> Callable[[int], str]:
     def slug(tenant_id: int) -> str:
-        hit = static.tenant_slug.get(tenant_id)
+        hit = known.get(tenant_id)
         if hit is None:
             hit = Tenant.objects.values_list("slug", flat=True).get(pk=tenant_id)
         return hit
@@ -252,6 +288,7 @@ def snapshot(*, exclude_leases: Iterable[str] = ()) -> core.Snapshot:
 def forget_cache() -> None:
     """Drop what is cached (the next pass reads everything again)."""
     CACHE.forget()
+    BOOK.forget()
     QUOTES.forget()
 
 

@@ -17,9 +17,10 @@ database differs, on any error, and never kept when built inside a transaction t
 itself changed what it holds (that transaction could still roll back). Elsewhere
 (SQLite) nothing is kept.
 
-The leases are not cached (``allocation`` reads them each pass, cheaply), so a stale
-cache could only offer a node that is gone or keep one that came back out of a pass; the
-allocation rows and their exclusion constraint stay the guard against double booking.
+The held leases are kept by a second structure, ``LeaseBook`` (ADR 0165): brought up to
+date on every use from a per-lease change log, re-reading only the leases it names. A
+stale cache could only offer a node that is gone or keep one that came back out of a pass;
+the allocation rows and their exclusion constraint stay the guard against double booking.
 """
 
 from __future__ import annotations
@@ -29,13 +30,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from django.db import DatabaseError, connection, transaction
 
 log = logging.getLogger(__name__)
 
-MAX_AGE_S = 60.0
+MAX_AGE_S = 300.0  # a safety net: the change log is what keeps it right
 
 T = TypeVar("T")
 
@@ -135,3 +136,125 @@ class SchedulerCache(Generic[T]):
             log.warning("scheduler cache: not kept (the change log is unreadable)",
                         exc_info=True)
             return self.build()
+
+
+# The lease book (ADR 0165): which leases changed where this book's last read could not
+# see, and which of them the asking transaction changed itself (uncommitted: read again
+# next time, whatever becomes of it). A NULL lease is a TRUNCATE: read everything.
+LEASE_CHANGES = ("SELECT DISTINCT lease_id, xid = pg_current_xact_id_if_assigned() "
+                 "FROM leasing_leasechange WHERE xid >= %s::xid8 OR xid = ANY(%s::xid8[]) "
+                 "OR xid = pg_current_xact_id_if_assigned()")
+OWN_LEASE_CHANGES = ("SELECT DISTINCT lease_id FROM leasing_leasechange "
+                     "WHERE xid = pg_current_xact_id_if_assigned()")
+PRUNE_LEASE_CHANGES = "DELETE FROM leasing_leasechange WHERE created < now() - interval '1 day'"
+BOOK_MAX_AGE_S = 300.0
+
+V = TypeVar("V")
+
+
+@dataclass
+class _Book(Generic[V]):
+    rows: dict[str, V]
+    ordered: tuple[V, ...]
+    database: str
+    basis: object
+    xmax: str
+    running: list[str]
+    pending: set[str]  # read from the reading transaction's own uncommitted changes
+    built_at: float
+
+
+class LeaseBook(Generic[V]):
+    """The held leases, kept between passes and brought up to date from the change log
+    (migration ``0006_leasebook_changelog``): each use re-reads only the leases changed
+    since what its last read saw, in two indexed queries when nothing changed.
+
+    ``read(ids, basis)`` returns the rows of those leases that still hold something
+    (``None``: all of them), keyed by lease id; ``order`` sorts them. ``basis`` (what
+    ``read`` translates with: GPU places, tenant slugs) is compared at every use: when it differs,
+    everything is read again. So is it after ``max_age_s``, for another database, on any
+    error, and elsewhere than PostgreSQL every time. One per worker process; thread-safe.
+    """
+
+    def __init__(self, read: Callable[[list[str] | None, Any], dict[str, V]],
+                 order: Callable[[V], object], max_age_s: float = BOOK_MAX_AGE_S) -> None:
+        self.read, self.order, self.max_age_s = read, order, max_age_s
+        self._book: _Book[V] | None = None
+        self._lock = threading.Lock()
+        self.full_reads = self.updates = self.reread = 0
+
+    def forget(self) -> None:
+        self._book = None
+
+    def held(self, basis: object) -> tuple[V, ...]:
+        """Every held lease's row, as the caller's transaction sees them, in order."""
+        if connection.vendor != "postgresql":
+            self.full_reads += 1
+            return self._sorted(self.read(None, basis))
+        with self._lock:
+            book = self._book
+            try:
+                with transaction.atomic():
+                    if book is None or not self._usable(book, basis):
+                        return self._read_all(basis).ordered
+                    book.basis = basis  # equal: compared by identity next time
+                    return self._update(book).ordered
+            except DatabaseError:
+                log.warning("lease book: not kept (the change log is unreadable)",
+                            exc_info=True)
+                self._book = None
+                self.full_reads += 1
+                return self._sorted(self.read(None, basis))
+
+    def _usable(self, book: _Book[V], basis: object) -> bool:
+        return (book.database == connection.settings_dict["NAME"]
+                and time.monotonic() - book.built_at <= self.max_age_s
+                and (book.basis is basis or book.basis == basis))
+
+    def _sorted(self, rows: dict[str, V]) -> tuple[V, ...]:
+        return tuple(sorted(rows.values(), key=self.order))
+
+    def _unseen(self) -> tuple[str, list[str], str | None]:
+        with connection.cursor() as cur:
+            cur.execute(UNSEEN)
+            snap, own = cur.fetchone()
+        _, xmax, running = snap.split(":")
+        return xmax, [x for x in running.split(",") if x], own
+
+    def _read_all(self, basis: object) -> _Book[V]:
+        self.full_reads += 1
+        xmax, running, own = self._unseen()
+        rows = self.read(None, basis)
+        with connection.cursor() as cur:
+            cur.execute(OWN_LEASE_CHANGES)
+            pending = {str(lease) for (lease,) in cur.fetchall() if lease}
+            cur.execute(PRUNE_LEASE_CHANGES)
+        book = _Book(rows, self._sorted(rows), connection.settings_dict["NAME"], basis, xmax,
+                     running + ([own] if own else []), pending, time.monotonic())
+        self._book = book
+        return book
+
+    def _update(self, book: _Book[V]) -> _Book[V]:
+        xmax, running, own = self._unseen()
+        with connection.cursor() as cur:
+            cur.execute(LEASE_CHANGES, (book.xmax, book.running))
+            changes = cur.fetchall()
+        if any(lease is None for lease, _ in changes):
+            return self._read_all(book.basis)
+        changed = {str(lease) for lease, _ in changes} | book.pending
+        pending = {str(lease) for lease, mine in changes if mine}
+        if changed:
+            self.updates += 1
+            self.reread += len(changed)
+            fresh = self.read(sorted(changed), book.basis)
+            rows = dict(book.rows)
+            for lease in changed:
+                rows.pop(lease, None)
+            rows.update(fresh)
+            book = _Book(rows, self._sorted(rows), book.database, book.basis, xmax,
+                         running + ([own] if own else []), pending, book.built_at)
+        else:
+            book = _Book(book.rows, book.ordered, book.database, book.basis, xmax,
+                         running + ([own] if own else []), pending, book.built_at)
+        self._book = book
+        return book

@@ -1,5 +1,5 @@
 """The scheduler cache (ADR 0125): kept warm between passes, never stale after a change,
-whoever made it; the leases are always read fresh."""
+whoever made it. The held leases are the lease book's (test_leasebook.py)."""
 
 from __future__ import annotations
 
@@ -101,7 +101,8 @@ def test_a_node_added_elsewhere_is_offered(warm: dict[str, Any]) -> None:
 
 def test_a_lease_placed_elsewhere_is_seen_at_once(warm: dict[str, Any],
                                                    frozen_clock: datetime) -> None:
-    """Leases are never cached: another process's allocation rows are in the next pass."""
+    """Another process's allocation rows are in the next pass, and the static cache stays
+    (the lease book re-reads that lease alone)."""
     gpu = Gpu.objects.order_by("node__hostname", "index").select_related("node").first()
     assert gpu is not None
     lease = Lease.objects.create(tenant=warm["a"], start_at=frozen_clock,
@@ -114,7 +115,7 @@ def test_a_lease_placed_elsewhere_is_seen_at_once(warm: dict[str, Any],
         [lease.pk, gpu.pk, gpu.node_id, frozen_clock, frozen_clock + timedelta(hours=1),
          SLOTS_PER_GPU - 1])
     snap = allocation.snapshot()
-    assert allocation.CACHE.builds == builds  # the cache stays: leases are read each pass
+    assert allocation.CACHE.builds == builds  # the static cache stays
     held = {le.id: le for le in snap.leases}[str(lease.pk)]
     assert held.parts[0].node == gpu.node.hostname
     assert held.parts[0].gpus == ((gpu.index, 1000),)
