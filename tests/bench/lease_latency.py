@@ -270,6 +270,7 @@ def _measure(stack: Stack, fleet: HttpFleet | None, baseline: float,
           f"{statistics.median(orders.http_s) * 1000:.0f} ms, p99 "
           f"{_pct(orders.http_s, 0.99) * 1000:.0f} ms")
     print(f"Celery queue depth during the orders: max {depth_max}, mean {depth_mean:.1f}")
+    _print_stages(stack, measured)
     if o.task_times:
         _print_task_times(stack)
     _latency_table(fleet)
@@ -289,6 +290,26 @@ def _measure(stack: Stack, fleet: HttpFleet | None, baseline: float,
     ok = _pct(lat, 0.99) <= TARGET_P99_S and not not_active
     print(f"target p99 ≤ {TARGET_P99_S:.0f} s: {'MET' if ok else 'NOT MET'}")
     return 0 if ok else 1
+
+
+def _print_stages(stack: Stack, ids: list[str]) -> None:
+    """Where each order's time went: order → placed (the pass chose its GPUs and wrote the
+    nodes' desired state: the PROVISIONING event, same transaction) → active (the agents
+    applied it, reported convergence, and ingest moved the lease)."""
+    rows = stack.query("""SELECT EXTRACT(EPOCH FROM e.created - l.created),
+                                 EXTRACT(EPOCH FROM l.active_at - e.created)
+                          FROM leasing_lease l JOIN LATERAL (
+                            SELECT min(created) AS created FROM leasing_leaseevent
+                            WHERE lease_id = l.id AND to_state = 'provisioning') e ON true
+                          WHERE l.id::text = ANY(%s) AND l.active_at IS NOT NULL
+                            AND e.created IS NOT NULL""", [ids])
+    if not rows:
+        return
+    print("stages, seconds (p50 / p90 / p99 / max):")
+    for name, values in (("order → placed + desired written", [float(r[0]) for r in rows]),
+                         ("placed → active (agents + report)", [float(r[1]) for r in rows])):
+        print(f"  {name:<36} " + " / ".join(f"{_pct(values, q):.2f}" for q in (0.5, 0.9, 0.99))
+              + f" / {max(values):.2f}")
 
 
 def _release_all(stack: Stack, orders: Orders, ids: list[str]) -> None:
