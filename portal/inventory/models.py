@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Upper
 
 
 class Fabric(models.Model):
@@ -90,6 +91,9 @@ class Node(models.Model):
         constraints = [
             models.CheckConstraint(condition=~Q(hostname=""), name="node_hostname_not_empty"),
         ]
+        # Enrolment finds a host by name in any case (``hostname__iexact``: UPPER(...) =
+        # UPPER(...)), twice per enrolment: without this, two scans of every node.
+        indexes = [models.Index(Upper("hostname"), name="node_hostname_any_case")]
 
     def __str__(self) -> str:
         return self.hostname

@@ -71,7 +71,7 @@ def _sync_gpus(node: Node, gpus: list[dict[str, Any]]) -> None:
     GPUs, one of the UUIDs the report names, then one bulk update and one bulk insert."""
     items = [g for g in gpus if isinstance(g.get("index"), int)
              and not isinstance(g.get("index"), bool) and g["index"] >= 0]
-    existing = {g.index: g for g in node.gpus.all()}
+    existing = {g.index: g for g in node.gpus.order_by()}  # no join for Meta.ordering
     owners = _uuid_owners(node, items)
     changed: dict[int, Gpu] = {}
     fields: set[str] = set()
@@ -102,7 +102,7 @@ def _uuid_owners(node: Node, items: list[dict[str, Any]]) -> dict[str, tuple[int
     if not uuids:
         return {}
     return {uuid: (node_id, index) for uuid, node_id, index in
-            Gpu.objects.filter(uuid__in=uuids).values_list("uuid", "node_id", "index")}
+            Gpu.objects.filter(uuid__in=uuids).order_by().values_list("uuid", "node_id", "index")}
 
 
 def _gpu_values(node: Node, item: dict[str, Any],
@@ -133,7 +133,7 @@ def _claimed_guids(node: Node, guids: list[str]) -> set[str]:
     """Port GUIDs that already belong to another node or to a storage endpoint: an
     enrolling host may not take them (it would join that node's tenant partitions)."""
     taken = set(HcaPort.objects.filter(port_guid__in=guids, node__isnull=False)
-                .exclude(node=node).values_list("port_guid", flat=True))
+                .exclude(node=node).order_by().values_list("port_guid", flat=True))
     return taken | set(StorageEndpoint.objects.filter(port_guid__in=guids)
                        .values_list("port_guid", flat=True))
 
@@ -166,7 +166,8 @@ def _sync_ports(node: Node, ports: list[dict[str, Any]]) -> None:
         }
     if not wanted:
         return
-    existing = {p.port_guid: p for p in HcaPort.objects.filter(port_guid__in=list(wanted))}
+    existing = {p.port_guid: p for p in
+                HcaPort.objects.filter(port_guid__in=list(wanted)).order_by()}
     changed: list[HcaPort] = []
     for guid, values in wanted.items():
         port = existing.get(guid)
