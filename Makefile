@@ -86,7 +86,7 @@ bench-longpoll: $(STAMP)
 ## clamp(nodes / 100, 30 s, 120 s): 20 s / 30 s at 1,000 nodes, 200 s / 100 s at 10,000).
 bench-latency: $(STAMP)
 	$(PY) -m tests.bench.lease_latency --nodes 1000
-	$(PY) -m tests.bench.lease_latency --nodes 10000 --orders 20 --idle-timeouts 1
+	$(PY) -m tests.bench.lease_latency --nodes 10000 --orders 40 --idle-timeouts 1
 
 .PHONY: bench-latency-demo
 bench-latency-demo: $(STAMP)
