@@ -19,3 +19,7 @@ class LeasingConfig(AppConfig):
         # Access follows people (ADR 0102): who may log in changed -> push their nodes.
         access_changed.connect(access_push.push_tenants)
         storage_changed.connect(access_push.push_fabric)
+        # A Celery worker reads the scheduler's caches as it starts (not on its first pass).
+        from portal.leasing import warmup
+
+        warmup.connect()
