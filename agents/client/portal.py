@@ -18,6 +18,11 @@ import httpx
 from agents import protocol
 from agents.client.backoff import HoldOff
 
+# One report connection reused between reports (§1 connections): httpx's default
+# keepalive_expiry (5 s) closed it before every 10 s report.
+KEEP_ALIVE = httpx.Limits(max_connections=100, max_keepalive_connections=20,
+                          keepalive_expiry=protocol.CLIENT_KEEP_ALIVE_S)
+
 
 class PortalError(Exception):
     """The portal answered with an error body (4xx/5xx) or could not be reached.
@@ -55,7 +60,8 @@ class PortalClient:
         self.hold = hold or HoldOff()
         self.advice = protocol.IntervalAdvice(None, None)  # the portal's last word on them
         self.http = httpx.Client(
-            base_url=base_url.rstrip("/"), transport=transport, timeout=timeout_s, verify=verify
+            base_url=base_url.rstrip("/"), transport=transport, timeout=timeout_s, verify=verify,
+            limits=KEEP_ALIVE,
         )
 
     def close(self) -> None:

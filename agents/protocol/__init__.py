@@ -40,6 +40,7 @@ from agents.protocol.schema import Problem
 from agents.protocol.wire import (
     API_PREFIX,
     AUTH_HEADER,
+    CLIENT_KEEP_ALIVE_S,
     CREDENTIAL_PATH,
     DESIRED_STATE_PATH,
     ENROL_PATH,
@@ -53,14 +54,16 @@ from agents.protocol.wire import (
     RETRY_AFTER_CODES,
     RETRY_AFTER_HEADER,
     ROLES,
+    SERVER_KEEP_ALIVE_S,
 )
 
 __all__ = [
-    "API_PREFIX", "AUTH_HEADER", "CREDENTIAL", "CREDENTIAL_PATH", "DESIRED_QUERY",
-    "DESIRED_STATE_PATH", "ENROL", "ENROL_PATH", "ENV_NAME_RE", "ENV_VALUE_RE", "ERROR_CODES",
-    "MAX_HEARTBEAT_S", "MAX_LONG_POLL_S", "MAX_TELEMETRY_PER_REPORT", "MEMBERSHIPS",
-    "PROTOCOL_VERSION", "REPORT", "REPORTS_PATH", "RETRY_AFTER_CODES", "RETRY_AFTER_HEADER",
-    "ROLES", "TS_MAX", "CredentialRotation", "EnrolRequest", "EnrolResponse", "ErrorBody",
-    "IntervalAdvice", "Problem", "ReportAck", "error_body", "interval_advice", "schema",
-    "validate_desired_state", "validate_enrol", "validate_report",
+    "API_PREFIX", "AUTH_HEADER", "CLIENT_KEEP_ALIVE_S", "CREDENTIAL", "CREDENTIAL_PATH",
+    "DESIRED_QUERY", "DESIRED_STATE_PATH", "ENROL", "ENROL_PATH", "ENV_NAME_RE", "ENV_VALUE_RE",
+    "ERROR_CODES", "MAX_HEARTBEAT_S", "MAX_LONG_POLL_S", "MAX_TELEMETRY_PER_REPORT",
+    "MEMBERSHIPS", "PROTOCOL_VERSION", "REPORT", "REPORTS_PATH", "RETRY_AFTER_CODES",
+    "RETRY_AFTER_HEADER", "ROLES", "SERVER_KEEP_ALIVE_S", "TS_MAX", "CredentialRotation",
+    "EnrolRequest", "EnrolResponse", "ErrorBody", "IntervalAdvice", "Problem", "ReportAck",
+    "error_body", "interval_advice", "schema", "validate_desired_state", "validate_enrol",
+    "validate_report",
 ]

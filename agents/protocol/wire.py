@@ -17,6 +17,14 @@ RETRY_AFTER_HEADER = "Retry-After"  # whole seconds, on 429 and 409 pending_appr
 MAX_LONG_POLL_S = 120  # the portal's long_poll_timeout_s grows with the fleet (§8)
 MAX_HEARTBEAT_S = 3600
 MAX_TELEMETRY_PER_REPORT = 120
+# §1 connections: the portal keeps an idle HTTP/1.1 connection open SERVER_KEEP_ALIVE_S
+# (uvicorn ``--timeout-keep-alive``; a proxy's idle timeout at least as long), and an agent
+# reuses one for up to CLIENT_KEEP_ALIVE_S, shorter, so the client is the side that closes
+# and never sends into a connection the server is closing. Both are above the shortest
+# report interval (10 s): with uvicorn's and httpx's 5 s defaults every report of an agent
+# opened a new TCP connection on both sides.
+SERVER_KEEP_ALIVE_S = 75
+CLIENT_KEEP_ALIVE_S = 60
 
 ROLES = ("node", "fabric")
 MEMBERSHIPS = ("full", "limited")

@@ -30,6 +30,8 @@ from urllib.parse import urlparse
 import httpx
 import psycopg
 
+from agents.protocol import SERVER_KEEP_ALIVE_S
+
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
 TICK = os.sysconf("SC_CLK_TCK")
@@ -102,11 +104,26 @@ def stored_since(url: str, since: float, until: float | None = None) -> int:
     return int(row[0]) if row else 0
 
 
-def start_server(env: dict[str, str], port: int, workers: int) -> subprocess.Popen[bytes]:
+def on_cpu(cpu: int | None) -> Any:
+    """A ``preexec_fn`` that keeps the child (and its children) on ``cpu`` (None: anywhere)."""
+    if cpu is None or not hasattr(os, "sched_setaffinity"):
+        return None
+    return lambda: os.sched_setaffinity(0, {cpu})
+
+
+def pinned(args: argparse.Namespace) -> bool:
+    return bool(args.pin) and len(os.sched_getaffinity(0)) >= 2 and \
+        {0, 1} <= os.sched_getaffinity(0)
+
+
+def start_server(env: dict[str, str], port: int, workers: int,
+                 cpu: int | None = None) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [PY, "-m", "uvicorn", "portal.asgi:application", "--host", "127.0.0.1", "--port",
-         str(port), "--workers", str(workers), "--no-access-log", "--log-level", "warning"],
-        cwd=ROOT, env=env, start_new_session=True)
+         str(port), "--workers", str(workers), "--no-access-log", "--log-level", "warning",
+         # as in production (README, ADR 0140): agents keep their connection between reports
+         "--timeout-keep-alive", str(SERVER_KEEP_ALIVE_S), "--backlog", "4096"],
+        cwd=ROOT, env=env, start_new_session=True, preexec_fn=on_cpu(cpu))
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
@@ -125,6 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--interval", type=float, default=10)
     p.add_argument("--server-workers", type=int, default=2)
     p.add_argument("--sim-workers", type=int, default=64)
+    p.add_argument("--pin", action=argparse.BooleanOptionalAction, default=True,
+                   help="server on CPU 0, simulator on CPU 1 (PostgreSQL anywhere): the "
+                        "agents' load generator must not share the server's core, as "
+                        "1,000 real agents run on 1,000 other hosts")
     p.add_argument("--warmup", type=float, default=None,
                    help="seconds excluded from the sustained rate (default 2 x interval)")
     args = p.parse_args(argv)
@@ -142,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = manage(env, "agent_token", "create", "--count", str(args.nodes),
                     "--hostname", "sim-node-*", "--reenrol", "--note", "bench").split()
     port = free_port()
-    server = start_server(env, port, args.server_workers)
+    server = start_server(env, port, args.server_workers, 0 if pinned(args) else None)
     warmup = args.warmup if args.warmup is not None else 2 * args.interval
     with tempfile.TemporaryDirectory(prefix="gpupool-bench-") as tmp:
         token_file = Path(tmp) / "tokens"
@@ -165,6 +186,7 @@ def print_table(result: dict[str, Any]) -> None:
     ms = result["cpu_ms_per_report"]
     rows = [
         ("nodes x GPUs", f"{result['nodes']} x 8, a report every {result['interval_s']:g} s"),
+        ("pinned", result["pinned"]),
         ("target reports/s", f"{result['target_reports_per_s']}"),
         ("sustained reports/s", f"{result['sustained_reports_per_s']} "
                                 f"(window {result['measured_window_s']} s)"),
@@ -202,7 +224,8 @@ def _run(args: argparse.Namespace, env: dict[str, str], port: int, token_file: P
          "--nodes", str(args.nodes), "--bootstrap-tokens-file", str(token_file),
          "--interval", str(args.interval), "--duration", "0",
          "--workers", str(args.sim_workers), "--state-dir", str(tmp / "sim")],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        preexec_fn=on_cpu(1 if pinned(args) else None))
     while enrolled_since(db, started) < args.nodes:
         if sim.poll() is not None or time.time() - started > 1800:
             sim.kill()
@@ -222,6 +245,7 @@ def _run(args: argparse.Namespace, env: dict[str, str], port: int, token_file: P
     dropped = summary["dropped"] + summary["rejected"]  # unsent = backlog at SIGTERM
     return {
         "nodes": args.nodes, "gpus": args.nodes * 8, "interval_s": args.interval,
+        "pinned": "server CPU 0, simulator CPU 1" if pinned(args) else "no",
         "enrolled": summary["enrolled"], "enrolment_s": round(enrolled_after, 1),
         "elapsed_s": summary["elapsed_s"],
         "target_reports_per_s": round(args.nodes / args.interval, 1),

@@ -3,7 +3,7 @@
 ``previous`` reads the node's latest GPU and port rows in one statement; ``store`` writes
 the new latest rows (upserts) and the new per-minute history rows (insert, a minute already
 stored is kept) in ONE statement: data-modifying CTEs over ``jsonb_to_recordset`` of one
-JSON parameter each, encoded once by ``json.dumps``. The rows and their conflict rules are
+JSON parameter each, encoded once (``core.jsontext``). The rows and their conflict rules are
 those of the portable ORM path (``ingest._upsert_*``, ``samples.samples_store``).
 """
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import connection
 
+from portal.core import jsontext
 from portal.fleet.models import GpuTelemetry, PortTelemetry, TelemetrySample
 from portal.fleet.services.samples import SampleRow
 
@@ -95,9 +96,9 @@ def store(node_id: int, gpus: list[dict[str, Any]], ports: list[dict[str, Any]],
         return
     params = {
         "node": node_id,
-        "gpus": json.dumps([{**g, "ts": _iso(g["ts"])} for g in gpus]),
-        "ports": json.dumps([{**p, "ts": _iso(p["ts"])} for p in ports]),
-        "samples": json.dumps([{"kind": kind, "key": key, "minute": _iso(minute),
+        "gpus": jsontext.dumps([{**g, "ts": _iso(g["ts"])} for g in gpus]),
+        "ports": jsontext.dumps([{**p, "ts": _iso(p["ts"])} for p in ports]),
+        "samples": jsontext.dumps([{"kind": kind, "key": key, "minute": _iso(minute),
                                 "values": values} for kind, key, minute, values in samples]),
     }
     with connection.cursor() as cur:

@@ -33,6 +33,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from agents.protocol import SERVER_KEEP_ALIVE_S
+
 ROOT = Path(__file__).resolve().parents[3]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() \
     else sys.executable
@@ -91,9 +93,9 @@ class StackConfig:
     workers: int = 2
     # The web tier: uvicorn processes (both cores: 2), each with its own wake-up listener.
     web_workers: int = 2
-    # Idle keep-alive connections are kept this long (uvicorn's default, 5 s, makes a client
-    # that reports every few seconds reconnect each time; behind a proxy 75 s is usual).
-    web_keep_alive_s: int = 75
+    # Idle keep-alive connections are kept this long (the protocol's contract, §1: uvicorn's
+    # default, 5 s, makes a client that reports every few seconds reconnect each time).
+    web_keep_alive_s: int = SERVER_KEEP_ALIVE_S
     web_backlog: int = 4096  # listen backlog: a fleet enrolling at once (somaxconn caps it)
     worker_loglevel: str = "WARNING"
     beat: bool = True
