@@ -24,6 +24,10 @@ agent_asgi_app = LeanASGIHandler(settings.AGENT_MIDDLEWARE)
 http_app = PathPrefixDispatcher([(settings.AGENT_API_PREFIX, agent_asgi_app)],
                                 default=django_asgi_app)
 
+from portal.leasing import warmup  # noqa: E402
+
+warmup.warm_in_background()  # GPUPOOL_WARM_WEB: this process's scheduler caches, read once
+
 application = ProtocolTypeRouter({
     "http": http_app,
     "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),

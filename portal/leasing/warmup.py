@@ -7,12 +7,20 @@ maximum of ``schedule_pass`` in ``make bench-latency`` at 10,000 nodes). Prefork
 children warm up in ``worker_process_init``; a solo or threads pool, which runs tasks in
 the worker's own process, in ``worker_ready`` (Celery also sends ``worker_process_init``
 there: each process warms once). A failure only leaves the cache cold.
+
+Web processes quote and take orders from the same caches: at 10,000 nodes the first
+``POST /orders`` a uvicorn worker served paid the cold build (POST /orders p99 2.7 s in
+``make bench-latency``). With ``GPUPOOL_WARM_WEB`` (on in production) ``portal.asgi``
+warms each web process in a background thread as it starts (``warm_in_background``):
+requests are served meanwhile, and one that needs the snapshot before the thread is done
+builds it as before (the caches take a lock; the second reader finds it built).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import Any
 
@@ -49,6 +57,18 @@ def _once() -> None:
     if os.getpid() not in _warmed_in:
         _warmed_in.add(os.getpid())
         warm_scheduler_caches()
+
+
+def warm_in_background() -> threading.Thread | None:
+    """Warm this web process's caches in a daemon thread when ``GPUPOOL_WARM_WEB`` says
+    so (once per process); the thread, or None."""
+    from django.conf import settings
+
+    if not getattr(settings, "GPUPOOL_WARM_WEB", False) or os.getpid() in _warmed_in:
+        return None
+    thread = threading.Thread(target=_once, name="gpupool-warm-web", daemon=True)
+    thread.start()
+    return thread
 
 
 def on_worker_ready(sender: Any = None, **_: Any) -> None:

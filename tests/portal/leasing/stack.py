@@ -166,6 +166,8 @@ class Stack:
             "DATABASE_URL": self.db_url,
             "REDIS_URL": f"redis://127.0.0.1:{self.redis_port}/0",
             "GPUPOOL_SIMULATED_AGENTS": "1",
+            # As in production: web processes read the scheduler caches as they start.
+            "GPUPOOL_WARM_WEB": "1",
             # As in production: each process borrows connections from a psycopg pool.
             "DB_POOL": os.environ.get("GPUPOOL_STACK_DB_POOL", "1"),
             # Running spot leases get a short notice before preemption (production: 120 s).

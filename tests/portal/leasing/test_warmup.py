@@ -63,3 +63,33 @@ def test_the_handlers_are_connected() -> None:
 
     assert warmup.on_worker_ready in worker_ready._live_receivers(None)
     assert warmup.on_worker_process_init in worker_process_init._live_receivers(None)
+
+
+def test_a_web_process_warms_in_the_background_when_told(pool_tx: dict[str, Any],
+                                                         settings: Any) -> None:
+    """``GPUPOOL_WARM_WEB`` (on in production): ``portal.asgi`` calls this as a web
+    process starts; the first quote or order then finds the caches built."""
+    settings.GPUPOOL_WARM_WEB = True
+    allocation.forget_cache()
+    thread = warmup.warm_in_background()
+    assert thread is not None
+    thread.join(30)
+    assert allocation.CACHE._entry is not None and allocation.BOOK._book is not None
+    assert warmup.warm_in_background() is None  # once per process
+
+
+def test_a_web_process_does_not_warm_unless_told(settings: Any) -> None:
+    settings.GPUPOOL_WARM_WEB = False
+    assert warmup.warm_in_background() is None
+
+
+def test_production_warms_web_processes() -> None:
+    import subprocess
+    import sys
+
+    code = "from django.conf import settings; print(settings.GPUPOOL_WARM_WEB)"
+    env = {"GPUPOOL_ENV": "production", "SECRET_KEY": "x" * 50, "ALLOWED_HOSTS": "a.example",
+           "DJANGO_SETTINGS_MODULE": "portal.settings", "PATH": "/usr/bin:/bin"}
+    out = subprocess.run([sys.executable, "-c", f"import django; django.setup(); {code}"],
+                         env=env, capture_output=True, text=True, check=False)
+    assert out.stdout.strip().splitlines()[-1:] == ["True"], out.stderr[-2000:]
