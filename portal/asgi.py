@@ -18,13 +18,12 @@ django_asgi_app = get_asgi_application()
 from django.conf import settings  # noqa: E402
 
 from portal.core.lean_asgi import LeanASGIHandler, PathPrefixDispatcher  # noqa: E402
+from portal.leasing import warmup  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
 
 agent_asgi_app = LeanASGIHandler(settings.AGENT_MIDDLEWARE)
 http_app = PathPrefixDispatcher([(settings.AGENT_API_PREFIX, agent_asgi_app)],
                                 default=django_asgi_app)
-
-from portal.leasing import warmup  # noqa: E402
 
 warmup.warm_in_background()  # GPUPOOL_WARM_WEB: this process's scheduler caches, read once
 

@@ -106,13 +106,12 @@ def stored_since(url: str, since: float, until: float | None = None) -> int:
 
 def on_cpu(cpu: int | None) -> Any:
     """A ``preexec_fn`` that keeps the child (and its children) on ``cpu`` (None: anywhere)."""
-    if cpu is None or not hasattr(os, "sched_setaffinity"):
-        return None
-    return lambda: os.sched_setaffinity(0, {cpu})
+    return None if cpu is None else lambda: os.sched_setaffinity(0, {cpu})
 
 
 def pinned(args: argparse.Namespace) -> bool:
-    return bool(args.pin) and len(os.sched_getaffinity(0)) >= 2 and \
+    """``--pin`` asked for, and CPUs 0 and 1 are both ours."""
+    return bool(args.pin) and hasattr(os, "sched_getaffinity") and \
         {0, 1} <= os.sched_getaffinity(0)
 
 

@@ -99,7 +99,8 @@ def store(node_id: int, gpus: list[dict[str, Any]], ports: list[dict[str, Any]],
         "gpus": jsontext.dumps([{**g, "ts": _iso(g["ts"])} for g in gpus]),
         "ports": jsontext.dumps([{**p, "ts": _iso(p["ts"])} for p in ports]),
         "samples": jsontext.dumps([{"kind": kind, "key": key, "minute": _iso(minute),
-                                "values": values} for kind, key, minute, values in samples]),
+                                    "values": values}
+                                   for kind, key, minute, values in samples]),
     }
     with connection.cursor() as cur:
         cur.execute(STORE_SQL, params)
