@@ -10,7 +10,12 @@ from portal.core import clock
 from portal.fleet.api.throttle import throttle
 from portal.fleet.errors import AgentError
 from portal.fleet.models import AgentCredential
-from portal.fleet.services.enrolment import credential_authenticate, digest
+from portal.fleet.services import telemetry_pg
+from portal.fleet.services.enrolment import (
+    credential_authenticate,
+    credential_authenticate_for_report,
+    digest,
+)
 
 PREFIX = "gpn_"
 
@@ -53,7 +58,20 @@ class AgentCredentialAuth:
         return digest(raw)
 
     def authenticate(self, request: HttpRequest, node_id: str) -> AgentCredential:
-        cred = credential_authenticate(self.bearer(request))
+        return self._owner(credential_authenticate(self.bearer(request)), node_id)
+
+    def authenticate_for_report(
+            self, request: HttpRequest,
+            node_id: str) -> tuple[AgentCredential, telemetry_pg.Previous | None]:
+        """``authenticate``, with the node's latest telemetry rows read in the same
+        statement where the database can (``None``: the ingest reads them)."""
+        found = credential_authenticate_for_report(self.bearer(request))
+        cred = self._owner(found[0] if found else None, node_id)
+        assert found is not None
+        return cred, found[1]
+
+    @staticmethod
+    def _owner(cred: AgentCredential | None, node_id: str) -> AgentCredential:
         if cred is None:
             raise unauthenticated()
         if cred.agent.agent_id != node_id:

@@ -129,11 +129,11 @@ def _pending_retry_s() -> int:
 
 @agent_endpoint("POST")
 def reports(request: HttpRequest, node_id: str) -> HttpResponse:
-    cred = agent_auth.authenticate(request, node_id)
+    cred, previous = agent_auth.authenticate_for_report(request, node_id)
     body = _body(request, protocol.REPORT, "invalid_report")
     if body["node_id"] != node_id:
         raise AgentError("forbidden", "report is for another node")
-    return JsonResponse({**report_ingest(agent=cred.agent, body=body),
+    return JsonResponse({**report_ingest(agent=cred.agent, body=body, previous=previous),
                          **intervals.current().wire()})
 
 

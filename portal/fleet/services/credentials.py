@@ -16,6 +16,7 @@ from typing import Any
 from django.db import connection, models
 
 from portal.fleet.models import Agent, AgentCredential, NodeHealth, NodeObservedState
+from portal.fleet.services import telemetry_pg
 from portal.inventory.models import Node
 
 # (model, alias, joined on) in select order; the first two are inner joins
@@ -33,8 +34,12 @@ def _columns(model: type[models.Model], alias: str) -> list[str]:
 
 
 @cache
-def _sql() -> str:
+def _sql(telemetry: bool = False) -> str:
+    """The lookup; with ``telemetry`` (PostgreSQL), the node's latest telemetry rows too
+    (``telemetry_pg.PREVIOUS_COLUMNS``, after the models' columns)."""
     cols = ", ".join(c for model, alias, _ in _CHAIN for c in _columns(model, alias))
+    if telemetry:
+        cols += ", " + telemetry_pg.PREVIOUS_COLUMNS
     joins = [f'{"JOIN" if i < 2 else "LEFT JOIN"} "{m._meta.db_table}" {alias} ON {on}'
              for i, (m, alias, on) in enumerate(_CHAIN) if on]
     first = _CHAIN[0]
@@ -90,8 +95,30 @@ def credential_with_node(credential_hash: str) -> AgentCredential | None:
     with connection.cursor() as cur:
         cur.execute(_sql(), [credential_hash])
         row = cur.fetchone()
+    return None if row is None else _linked(row)
+
+
+def credential_with_telemetry(
+        credential_hash: str) -> tuple[AgentCredential, telemetry_pg.Previous | None] | None:
+    """``credential_with_node`` and, on PostgreSQL for a node's credential, that node's
+    latest telemetry rows (``telemetry_pg.previous``) read in the same statement: a report
+    needs both (``None`` in second place: read them yourself)."""
+    if connection.vendor != "postgresql":
+        cred = credential_with_node(credential_hash)
+        return None if cred is None else (cred, None)
+    with connection.cursor() as cur:
+        cur.execute(_sql(telemetry=True), [credential_hash])
+        row = cur.fetchone()
     if row is None:
         return None
+    cred = _linked(row)
+    if cred.agent.node_id is None:
+        return cred, None
+    return cred, telemetry_pg.previous_from(row[-2], row[-1])
+
+
+def _linked(row: tuple[Any, ...]) -> AgentCredential:
+    """The row's five models, linked as ``select_related`` links them."""
     cred, agent, node, health, observed = _split(row)
     AgentCredential._meta.get_field("agent").set_cached_value(cred, agent)
     Agent._meta.get_field("node").set_cached_value(agent, node)

@@ -27,9 +27,9 @@ from portal.fleet.models import (
     NodeHealth,
 )
 from portal.fleet.models.agents import Role
-from portal.fleet.services import approval
+from portal.fleet.services import approval, telemetry_pg
 from portal.fleet.services.approval import Enrolment
-from portal.fleet.services.credentials import credential_with_node
+from portal.fleet.services.credentials import credential_with_node, credential_with_telemetry
 from portal.fleet.services.desired import agent_for_node, new_agent_id
 from portal.fleet.services.inventory_sync import node_for_enrolment
 from portal.tenants.access import AnyUser, is_staff
@@ -233,9 +233,22 @@ def credential_authenticate(raw: str) -> AgentCredential | None:
     if not raw.startswith("gpn_"):
         return None
     cred = credential_with_node(digest(raw))  # select_related(agent, node, health, observed)
-    if cred is None or (cred.valid_until is not None and cred.valid_until <= clock.now()):
+    return cred if cred is not None and _live(cred) else None
+
+
+def credential_authenticate_for_report(
+        raw: str) -> tuple[AgentCredential, telemetry_pg.Previous | None] | None:
+    """``credential_authenticate`` and the node's latest telemetry rows, in one statement
+    on PostgreSQL (``credentials.credential_with_telemetry``)."""
+    if not raw.startswith("gpn_"):
         return None
-    return cred
+    found = credential_with_telemetry(digest(raw))
+    return found if found is not None and _live(found[0]) else None
+
+
+def _live(cred: AgentCredential) -> bool:
+    """Not past its overlap end (rotation); a revoked one is never loaded."""
+    return cred.valid_until is None or cred.valid_until > clock.now()
 
 
 @transaction.atomic

@@ -48,13 +48,17 @@ def _merge(node: Node, add: list[dict[str, Any]], drop: set[str] | None = None) 
         row.save(update_fields=["alerts", "updated"])
 
 
+def is_reachable(node: Node) -> bool:
+    """The node's health row says reachable (a node without one is not, yet)."""
+    try:
+        return bool(node.health.reachable)
+    except NodeHealth.DoesNotExist:
+        return False
+
+
 def heartbeat(*, node: Node, now: datetime) -> None:
     """A report arrived: an unreachable node becomes reachable again."""
-    try:
-        reachable = node.health.reachable
-    except NodeHealth.DoesNotExist:
-        reachable = False
-    if reachable:
+    if is_reachable(node):
         return
     row = _locked_health(node)
     if not row.reachable or row.unreachable_since is not None:
@@ -149,12 +153,14 @@ def _error_increase(key: tuple[str, int], port: dict[str, Any],
                   f"{key[0]} port {key[1]} errors: {', '.join(grew)}")
 
 
-def evaluate(*, node: Node, gpus: dict[int, dict[str, Any]],
-             prev_gpus: dict[int, dict[str, Any]], ports: dict[tuple[str, int], dict[str, Any]],
+Changes = tuple[list[tuple[int | None, str, str, str]], list[dict[str, Any]], set[str]]
+
+
+def _changes(gpus: dict[int, dict[str, Any]], prev_gpus: dict[int, dict[str, Any]],
+             ports: dict[tuple[str, int], dict[str, Any]],
              prev_ports: dict[tuple[str, int], dict[str, Any]],
-             xid_events: list[dict[str, Any]]) -> None:
-    for index, uuid, health, reason in _gpu_events(gpus, prev_gpus, xid_events):
-        gpu_quarantine(node=node, index=index, uuid=uuid, health=health, reason=reason)
+             xid_events: list[dict[str, Any]]) -> Changes:
+    """The GPU events, the alerts to add and the alert keys to drop (no database work)."""
     add: list[dict[str, Any]] = []
     drop: set[str] = set()
     for key, port in ports.items():
@@ -166,6 +172,24 @@ def evaluate(*, node: Node, gpus: dict[int, dict[str, Any]],
             drop |= set(before) - set(now_alerts)
         if (grew := _error_increase(key, port, prev)) is not None:
             add.append(grew)
+    return _gpu_events(gpus, prev_gpus, xid_events), add, drop
+
+
+def would_change(*, gpus: dict[int, dict[str, Any]], prev_gpus: dict[int, dict[str, Any]],
+                 ports: dict[tuple[str, int], dict[str, Any]],
+                 prev_ports: dict[tuple[str, int], dict[str, Any]],
+                 xid_events: list[dict[str, Any]]) -> bool:
+    """``evaluate`` with these arguments would write something (no database work)."""
+    return any(_changes(gpus, prev_gpus, ports, prev_ports, xid_events))
+
+
+def evaluate(*, node: Node, gpus: dict[int, dict[str, Any]],
+             prev_gpus: dict[int, dict[str, Any]], ports: dict[tuple[str, int], dict[str, Any]],
+             prev_ports: dict[tuple[str, int], dict[str, Any]],
+             xid_events: list[dict[str, Any]]) -> None:
+    events, add, drop = _changes(gpus, prev_gpus, ports, prev_ports, xid_events)
+    for index, uuid, health, reason in events:
+        gpu_quarantine(node=node, index=index, uuid=uuid, health=health, reason=reason)
     if add or drop:
         _merge(node, add, drop)
 

@@ -1,14 +1,20 @@
 """Report ingestion (§5): idempotent by ``(agent, seq)``, lean on the hot path.
 
-Per accepted node report on PostgreSQL: one statement claims the seq, records the
-heartbeat and reads the desired generation; one reads the previous latest GPU and port
-rows; one writes the new latest rows and the per-minute history (``telemetry_pg``); the
-observed state is written only when it changed, and only then does the convergence hook
-(``fleet.hooks``) move the node's leases. Other databases take the portable ORM path.
+Per accepted node report on PostgreSQL, a quiet one (no health change, no unclean GPU, the
+observed state unchanged, the node reachable: nearly every report) costs two statements and
+no transaction block: the credential lookup reads the node's latest GPU and port rows with
+it (``credentials.credential_with_telemetry``), and ONE statement claims the seq, records
+the heartbeat, writes the new latest rows and the per-minute history only if the seq was
+claimed, and reads the desired generation (``QUIET_SQL``: one statement is one
+transaction). Everything a report would write is worked out before anything is written
+(``_plan``); a report that changes more than that runs in a transaction: heartbeat,
+telemetry, health, cleaning, the observed state, then the convergence hook
+(``fleet.hooks``) moves the node's leases. Other databases take the portable ORM path.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,10 +53,10 @@ def _ts(value: float) -> datetime:
     return datetime.fromtimestamp(value, UTC)
 
 
-HEARTBEAT_SQL = """
-WITH claim AS (
+HEARTBEAT_CTES = """
+claim AS (
   INSERT INTO fleet_agentreport (agent_id, seq, received, samples)
-  VALUES (%(agent)s, %(seq)s, %(now)s, %(samples)s)
+  VALUES (%(agent)s, %(seq)s, %(now)s, %(sample_count)s)
   ON CONFLICT (agent_id, seq) DO NOTHING RETURNING id),
 a AS (
   UPDATE fleet_agent SET last_seen = %(now)s, last_seq = GREATEST(last_seq, %(seq)s),
@@ -60,10 +66,16 @@ a AS (
 n AS (
   UPDATE inventory_node SET last_heartbeat = %(now)s,
     agent_version = CASE WHEN %(newest)s THEN %(version)s ELSE agent_version END
-  WHERE id = %(node)s RETURNING id)
+  WHERE id = %(node)s RETURNING id)"""
+HEARTBEAT_RESULT = """
 SELECT (SELECT count(*) FROM claim),
        (SELECT generation FROM fleet_nodedesiredstate WHERE node_id = %(node)s)
 """
+HEARTBEAT_SQL = f"WITH {HEARTBEAT_CTES}{HEARTBEAT_RESULT}"
+# The heartbeat and the telemetry, the latter written only when the seq was claimed.
+QUIET_SQL = (f"WITH {HEARTBEAT_CTES},"  # noqa: S608 - constant SQL fragments only
+             f"{telemetry_pg.store_ctes('WHERE EXISTS (SELECT 1 FROM claim)')}"
+             f"{HEARTBEAT_RESULT}")
 assert AgentReport._meta.db_table == "fleet_agentreport"
 assert (Agent._meta.db_table, Node._meta.db_table) == ("fleet_agent", "inventory_node")
 assert NodeDesiredState._meta.db_table == "fleet_nodedesiredstate"
@@ -76,11 +88,33 @@ def _claim(agent: Agent, seq: int, now: datetime, samples: int) -> bool:
         return cur.fetchone() is not None
 
 
-@transaction.atomic
-def report_ingest(*, agent: Agent, body: dict[str, Any]) -> dict[str, Any]:
-    """Store a validated report of ``agent`` (its ``node_id`` already checked)."""
+def report_ingest(*, agent: Agent, body: dict[str, Any],
+                  previous: telemetry_pg.Previous | None = None) -> dict[str, Any]:
+    """Store a validated report of ``agent`` (its ``node_id`` already checked).
+    ``previous``: the node's latest telemetry rows, when the caller read them already."""
     now, seq = clock.now(), body["seq"]
     newest = seq >= agent.last_seq
+    plan = None
+    if agent.role == Role.NODE and _fast():
+        assert agent.node is not None
+        plan = _plan(agent.node, body, newest, previous)
+        if plan.quiet:
+            accepted, generation = _quiet_pg(agent, body, now, newest, plan)
+            return _answer(seq, accepted, generation)
+    with transaction.atomic():
+        accepted, generation = _ingest(agent, body, now, newest, plan)
+    return _answer(seq, accepted, generation)
+
+
+def _answer(seq: int, accepted: bool, generation: int | None) -> dict[str, Any]:
+    return {"protocol": protocol.PROTOCOL_VERSION, "seq": seq,
+            "status": "accepted" if accepted else "duplicate",
+            "desired_generation": generation or 0, "rotate_credential": False}
+
+
+def _ingest(agent: Agent, body: dict[str, Any], now: datetime, newest: bool,
+            plan: _Plan | None) -> tuple[bool, int | None]:
+    """Every write of a report, in the caller's transaction."""
     if agent.role == Role.NODE and connection.vendor == "postgresql":
         accepted, generation = _heartbeat_pg(agent, body, now, newest)
     else:
@@ -90,12 +124,10 @@ def report_ingest(*, agent: Agent, body: dict[str, Any]) -> dict[str, Any]:
             _fabric_observed(body["observed"])
     else:
         assert agent.node is not None
-        if accepted and _node_report(agent.node, body, newest):
+        if accepted and _node_report(agent.node, body, newest, plan):
             hooks.node_converged(agent.node.pk)  # what waits for this node moves now
         health.heartbeat(node=agent.node, now=now)
-    return {"protocol": protocol.PROTOCOL_VERSION, "seq": seq,
-            "status": "accepted" if accepted else "duplicate",
-            "desired_generation": generation or 0, "rotate_credential": False}
+    return accepted, generation
 
 
 def _heartbeat_orm(agent: Agent, body: dict[str, Any], now: datetime,
@@ -117,11 +149,27 @@ def _heartbeat_orm(agent: Agent, body: dict[str, Any], now: datetime,
 def _heartbeat_pg(agent: Agent, body: dict[str, Any], now: datetime,
                   newest: bool) -> tuple[bool, int | None]:
     """The same as ``_heartbeat_orm`` in one round trip (data-modifying CTEs)."""
-    params = {"agent": agent.pk, "node": agent.node_id, "seq": body["seq"], "now": now,
-              "samples": len(body["telemetry"]), "newest": newest,
-              "version": body["agent_version"][:32], "dropped": body["dropped_reports"]}
     with connection.cursor() as cur:
-        cur.execute(HEARTBEAT_SQL, params)
+        cur.execute(HEARTBEAT_SQL, _heartbeat_params(agent, body, now, newest))
+        claimed, generation = cur.fetchone()
+    return bool(claimed), generation
+
+
+def _heartbeat_params(agent: Agent, body: dict[str, Any], now: datetime,
+                      newest: bool) -> dict[str, Any]:
+    return {"agent": agent.pk, "node": agent.node_id, "seq": body["seq"], "now": now,
+            "sample_count": len(body["telemetry"]), "newest": newest,
+            "version": body["agent_version"][:32], "dropped": body["dropped_reports"]}
+
+
+def _quiet_pg(agent: Agent, body: dict[str, Any], now: datetime, newest: bool,
+              plan: _Plan) -> tuple[bool, int | None]:
+    """A quiet report's every write in one statement (``QUIET_SQL``), autocommitted."""
+    assert agent.node_id is not None
+    params = {**_heartbeat_params(agent, body, now, newest),
+              **telemetry_pg.store_params(agent.node_id, *_store_rows(plan))}
+    with connection.cursor() as cur:
+        cur.execute(QUIET_SQL, params)
         claimed, generation = cur.fetchone()
     return bool(claimed), generation
 
@@ -141,10 +189,27 @@ def _previous(node: Node) -> telemetry_pg.Previous:
                 node=node).values("device", "port", "ts", "state_id", "phys_state_id", "data")})
 
 
-def _node_report(node: Node, body: dict[str, Any], newest: bool) -> bool:
-    """Store the report; True when the node's observed state changed."""
+Fresh = dict[Any, tuple[datetime, dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What a node's report writes, worked out before anything is written."""
+
+    prev_gpus: dict[int, dict[str, Any]]
+    prev_ports: dict[tuple[str, int], dict[str, Any]]
+    history: list[SampleRow]
+    gpus: Fresh  # the latest rows that are newer than the stored ones
+    ports: Fresh
+    xids: list[dict[str, Any]]
+    observed: dict[str, Any] | None  # the observed state to write (None: unchanged)
+    quiet: bool  # nothing to write but the heartbeat and the telemetry
+
+
+def _plan(node: Node, body: dict[str, Any], newest: bool,
+          previous: telemetry_pg.Previous | None) -> _Plan:
     telemetry = body["telemetry"]
-    prev_gpus, prev_ports = _previous(node)
+    prev_gpus, prev_ports = previous if previous is not None else _previous(node)
     history = gpu_sample_rows(telemetry, prev_gpus) + port_sample_rows(telemetry, prev_ports)
     gpus = _latest(telemetry, "gpus", lambda g: g["index"])
     ports = _latest(telemetry, "ib_ports", lambda p: (p["device"], p["port"]))
@@ -152,26 +217,50 @@ def _node_report(node: Node, body: dict[str, Any], newest: bool) -> bool:
                   if k not in prev_gpus or v[0] > prev_gpus[k]["ts"]}
     fresh_ports = {k: v for k, v in ports.items()
                    if k not in prev_ports or v[0] > prev_ports[k]["ts"]}
-    _store(node, fresh_gpus, fresh_ports, history)
     xids = [e for t in telemetry for e in t.get("xid_events") or []]
-    health.evaluate(node=node, gpus={k: v[1] for k, v in fresh_gpus.items()},
-                    prev_gpus=prev_gpus, ports={k: v[1] for k, v in fresh_ports.items()},
-                    prev_ports=prev_ports, xid_events=xids)
+    observed = _observed_values(node, body["observed"]) if newest else None
+    quiet = (observed is None and health.is_reachable(node)
+             and not health.would_change(
+                 gpus={k: v[1] for k, v in fresh_gpus.items()}, prev_gpus=prev_gpus,
+                 ports={k: v[1] for k, v in fresh_ports.items()}, prev_ports=prev_ports,
+                 xid_events=xids)
+             and not (newest and cleaning.new_unclean(body["observed"],
+                                                      cleaning.previous_observed(node))))
+    return _Plan(prev_gpus, prev_ports, history, fresh_gpus, fresh_ports, xids, observed,
+                 quiet)
+
+
+def _node_report(node: Node, body: dict[str, Any], newest: bool,
+                 plan: _Plan | None) -> bool:
+    """Store the report; True when the node's observed state changed."""
+    plan = plan or _plan(node, body, newest, None)
+    _store(node, plan)
+    health.evaluate(node=node, gpus={k: v[1] for k, v in plan.gpus.items()},
+                    prev_gpus=plan.prev_gpus, ports={k: v[1] for k, v in plan.ports.items()},
+                    prev_ports=plan.prev_ports, xid_events=plan.xids)
     if newest:  # before the convergence hook: nothing waiting on an unclean GPU activates
         cleaning.unclean_reported(node=node, observed=body["observed"],
                                   previous=cleaning.previous_observed(node))
-    return newest and _node_observed(node, body["observed"])
+    if plan.observed is None:
+        return False
+    _node_observed(node, plan.observed)
+    return True
 
 
-def _store(node: Node, gpus: dict[int, tuple[datetime, dict[str, Any]]],
-           ports: dict[Any, tuple[datetime, dict[str, Any]]], history: list[SampleRow]) -> None:
+def _store_rows(plan: _Plan) -> tuple[list[dict[str, Any]], list[dict[str, Any]],
+                                      list[SampleRow]]:
+    """The latest GPU and port rows and the history rows, as ``telemetry_pg`` takes them."""
+    return ([_gpu_row(i, ts, g) for i, (ts, g) in plan.gpus.items()],
+            [_port_row(k, ts, p) for k, (ts, p) in plan.ports.items()], plan.history)
+
+
+def _store(node: Node, plan: _Plan) -> None:
     if _fast():
-        telemetry_pg.store(node.pk, [_gpu_row(i, ts, g) for i, (ts, g) in gpus.items()],
-                           [_port_row(k, ts, p) for k, (ts, p) in ports.items()], history)
+        telemetry_pg.store(node.pk, *_store_rows(plan))
         return
-    samples_store(node, history)
-    _upsert_gpus(node, gpus)
-    _upsert_ports(node, ports)
+    samples_store(node, plan.history)
+    _upsert_gpus(node, plan.gpus)
+    _upsert_ports(node, plan.ports)
 
 
 def _latest(telemetry: list[dict[str, Any]], key: str,
@@ -218,21 +307,26 @@ def _small(value: Any) -> int | None:
         and 0 <= value < 32768 else None
 
 
-def _node_observed(node: Node, observed: dict[str, Any]) -> bool:
+def _observed_values(node: Node, observed: dict[str, Any]) -> dict[str, Any] | None:
+    """The node's observed state row as this report has it; None when it is unchanged."""
     parts = [p for p in observed.get("partitions") or [] if isinstance(p, dict)]
     values = {"generation_applied": observed["generation_applied"],
               "partitions_in_sync": all(p.get("in_sync") is True for p in parts),
-              "document": observed, "updated": clock.now()}
+              "document": observed}
     try:
         old = node.observed  # loaded with the credential (select_related)
         if (old.generation_applied, old.partitions_in_sync, old.document) == (
                 values["generation_applied"], values["partitions_in_sync"], observed):
-            return False  # unchanged: no write on the hot path
+            return None  # unchanged: no write on the hot path
     except NodeObservedState.DoesNotExist:
         pass
+    return values
+
+
+def _node_observed(node: Node, values: dict[str, Any]) -> None:
+    values = {**values, "updated": clock.now()}
     if not NodeObservedState.objects.filter(node=node).update(**values):
         NodeObservedState.objects.update_or_create(node=node, defaults=values)
-    return True
 
 
 def _fabric_observed(observed: dict[str, Any]) -> None:

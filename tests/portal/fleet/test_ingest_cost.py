@@ -101,7 +101,8 @@ def test_fast_path_stores_what_the_orm_path_stores(agent_client: AgentClient,
 
 
 @pytest.mark.django_db
-def test_steady_state_report_is_four_statements(agent_client: AgentClient) -> None:
+def test_steady_state_report_is_two_statements_and_no_transaction_block(
+        agent_client: AgentClient) -> None:
     assert agent_client.enrol("gpu-node-53").status_code == 201
     start = time.time() - 100
     for seq in (1, 2):  # rows exist, observed state stored
@@ -109,10 +110,63 @@ def test_steady_state_report_is_four_statements(agent_client: AgentClient) -> No
     with CaptureQueriesContext(connection) as queries:
         resp = agent_client.report(report(agent_client.node_id, 3, [_eight(start + 60)]))
     assert resp.status_code == 200 and resp.json()["status"] == "accepted"
-    # credential (+ agent, node, health, observed), heartbeat, previous rows, writes;
-    # was 8-10: the ORM's credential query, two selects and up to four bulk statements
-    sql = [q["sql"] for q in queries if not q["sql"].startswith(("SAVEPOINT", "RELEASE"))]
-    assert len(sql) <= 4, sql
+    # the credential (+ agent, node, health, observed, latest telemetry rows), then one
+    # statement for the heartbeat and every write; was 4 statements in a transaction
+    # block (BEGIN, COMMIT: 6 round trips), 8-10 with the ORM before that
+    sql = [q["sql"] for q in queries]
+    assert len(sql) == 2, sql
+    assert "fleet_gputelemetry" in sql[0] and "INSERT INTO fleet_agentreport" in sql[1]
+    assert GpuTelemetry.objects.filter(node__hostname="gpu-node-53",
+                                       ts__gte=_aware(start + 60)).count() == 8
+
+
+def _aware(ts: float) -> Any:
+    from datetime import UTC, datetime
+    return datetime.fromtimestamp(ts, UTC)
+
+
+@pytest.mark.django_db
+def test_quiet_duplicate_report_writes_no_telemetry(agent_client: AgentClient) -> None:
+    """The quiet statement writes telemetry only when it claimed the seq: a resend of an
+    already stored seq with other samples changes nothing but the heartbeat."""
+    assert agent_client.enrol("gpu-node-55").status_code == 201
+    start = time.time() - 300
+    agent_client.report(report(agent_client.node_id, 1, [_eight(start)]))
+    agent_client.report(report(agent_client.node_id, 2, [_eight(start + 10)]))
+    node = Node.objects.get(hostname="gpu-node-55")
+    before = (
+        list(GpuTelemetry.objects.filter(node=node).order_by("index").values_list("ts")),
+        TelemetrySample.objects.filter(node=node).count())
+    with CaptureQueriesContext(connection) as queries:
+        resp = agent_client.report(report(agent_client.node_id, 2, [_eight(start + 200)]))
+    assert resp.json()["status"] == "duplicate"
+    assert len(queries) == 2  # the quiet path took it
+    after = (list(GpuTelemetry.objects.filter(node=node).order_by("index").values_list("ts")),
+             TelemetrySample.objects.filter(node=node).count())
+    assert after == before
+
+
+@pytest.mark.django_db
+def test_credential_lookup_reads_the_same_previous_rows(agent_client: AgentClient) -> None:
+    """The previous rows read with the credential are those ``telemetry_pg.previous``
+    reads (types included: aware datetimes, decoded port data)."""
+    from portal.fleet.services import telemetry_pg
+    from portal.fleet.services.credentials import credential_with_telemetry
+
+    assert agent_client.enrol("gpu-node-56").status_code == 201
+    cred = AgentCredential.objects.get(agent__agent_id=agent_client.node_id)
+    found = credential_with_telemetry(cred.credential_hash)
+    assert found is not None and found[1] == ({}, {})  # no rows yet
+    for seq, samples in enumerate(_script(time.time() - 400, "gpu-node-56")[:5], start=1):
+        agent_client.report(report(agent_client.node_id, seq, samples))
+    found = credential_with_telemetry(cred.credential_hash)
+    assert found is not None and found[0].pk == cred.pk
+    node_id = found[0].agent.node_id
+    assert found[1] == telemetry_pg.previous(node_id)
+    gpus, ports = found[1]
+    assert len(gpus) == 8 and len(ports) == 1
+    assert all(g["ts"].tzinfo is not None for g in gpus.values())
+    assert next(iter(ports.values()))["data"]["counters"]["symbol_error"] == 3
 
 
 @pytest.mark.django_db
