@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -250,6 +251,29 @@ class Stack:
         with self.connect() as conn:
             return list(conn.execute(sql, params).fetchall())
 
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[Callable[..., list[tuple[Any, ...]]]]:
+        """A ``query`` whose every statement reads ONE snapshot (a read-only REPEATABLE
+        READ transaction): a check made of several queries sees one state of the system,
+        never a lease half-way through a transition between two of its queries."""
+        import psycopg
+
+        with psycopg.connect(self.db_url) as conn:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+
+            def q(sql: str, params: Any = None) -> list[tuple[Any, ...]]:
+                return list(conn.execute(sql, params).fetchall())
+
+            yield q
+            conn.rollback()
+
+    def running_leases_ending_within(self, seconds: float) -> int:
+        """Running leases whose end falls within ``seconds`` from now (about to expire)."""
+        rows = self.query("SELECT COUNT(*) FROM leasing_lease WHERE state IN ('active', "
+                          "'notice') AND end_at < now() + make_interval(secs => %s)",
+                          [seconds])
+        return int(rows[0][0])
+
     def _seed(self) -> None:
         c = self.config
         spec = {"nodes": c.nodes, "gpus_per_node": c.gpus_per_node,
@@ -409,10 +433,36 @@ class Stack:
             time.sleep(0.25)
 
 
+def _grant_story(q: Any, node_id: int, lease_ids: set[str]) -> str:
+    """For a grant mismatch: each lease's state, allocations on the node and events."""
+    generations = q("SELECT d.generation, o.generation_applied FROM fleet_nodedesiredstate d "
+                    "LEFT JOIN fleet_nodeobservedstate o ON o.node_id = d.node_id "
+                    "WHERE d.node_id = %s", [node_id])
+    lines = [f"\n  node {node_id} desired / applied generation: {generations}"]
+    for grant in sorted(lease_ids):
+        prefix = grant.removeprefix("ls_")
+        for pk, state, targets, end_at in q(
+                "SELECT id, state, provision_targets, end_at FROM leasing_lease "
+                "WHERE replace(id::text, '-', '') LIKE %s", [prefix + "%"]):
+            allocs = q("SELECT node_id, gpu_id, slot, live, start_at, end_at, "
+                       "released_generation FROM leasing_allocation WHERE lease_id = %s "
+                       "ORDER BY node_id, gpu_id, slot", [pk])
+            events = q("SELECT created, from_state, to_state, kind, reason FROM "
+                       "leasing_leaseevent WHERE lease_id = %s ORDER BY created, id", [pk])
+            lines.append(f"\n  {grant}: state {state} targets {targets} end {end_at}"
+                         f"\n    allocations {allocs}\n    events {events}")
+    return "".join(lines)
+
+
 def check_invariants(stack: Stack) -> list[str]:
-    """Every invariant of issue 4 that SQL can check; returns the violations (empty = fine)."""
+    """Every invariant of issue 4 that SQL can check, all read from one snapshot; returns
+    the violations (empty = fine)."""
+    with stack.snapshot() as q:
+        return _invariant_violations(q)
+
+
+def _invariant_violations(q: Callable[..., list[tuple[Any, ...]]]) -> list[str]:
     problems: list[str] = []
-    q = stack.query
     # 1. No GPU slot held by two live allocations at overlapping times (the DB constraint's job).
     rows = q("""SELECT a.gpu_id, a.slot, a.lease_id, b.lease_id FROM leasing_allocation a
                 JOIN leasing_allocation b ON a.gpu_id = b.gpu_id AND a.slot = b.slot
@@ -508,7 +558,8 @@ def check_invariants(stack: Stack) -> list[str]:
                             f"!= row generation {generation}")
         if set(grants) != wanted.get(node_id, set()):
             problems.append(f"node {node_id}: grants {sorted(grants)} != holders "
-                            f"{sorted(wanted.get(node_id, set()))}")
+                            f"{sorted(wanted.get(node_id, set()))}"
+                            + _grant_story(q, node_id, set(grants) ^ wanted.get(node_id, set())))
     for node_id in set(wanted) - seen_nodes:
         problems.append(f"node {node_id}: holders {sorted(wanted[node_id])} but no document")
     # 9. Simulated agents converged: observed generation = desired generation.

@@ -160,14 +160,23 @@ class RaceReport:
         return json.dumps({k: v for k, v in self.__dict__.items()}, indent=1, default=str)
 
 
+# A running lease this close to its end counts as moving: its expiry (ACTIVE → RELEASING
+# → teardown) would start while the invariants are read.
+EXPIRY_MARGIN_S = 5.0
+
+
 def wait_quiet(stack: Stack, timeout: float, stable_s: float = 3.0) -> dict[str, str]:
-    """Until no lease is transitional and nothing changed for ``stable_s``; last states."""
+    """Until no lease is transitional or about to expire, and nothing changed for
+    ``stable_s``; the last states seen. (A short lease placed late from the queue expires
+    seconds after the run looked quiet: CI once read the invariants in the instant
+    between its ACTIVE → RELEASING and its teardown push.)"""
     deadline = time.monotonic() + timeout
     last: dict[str, str] = {}
     since = time.monotonic()
     while time.monotonic() < deadline:
         states = stack.states()
-        if states != last or any(s in TRANSITIONAL for s in states.values()):
+        if states != last or any(s in TRANSITIONAL for s in states.values()) or \
+                stack.running_leases_ending_within(stable_s + EXPIRY_MARGIN_S):
             last, since = states, time.monotonic()
         elif time.monotonic() - since >= stable_s:
             return states
