@@ -165,18 +165,21 @@ class RaceReport:
 EXPIRY_MARGIN_S = 5.0
 
 
-def wait_quiet(stack: Stack, timeout: float, stable_s: float = 3.0) -> dict[str, str]:
-    """Until no lease is transitional or about to expire, and nothing changed for
-    ``stable_s``; the last states seen. (A short lease placed late from the queue expires
-    seconds after the run looked quiet: CI once read the invariants in the instant
-    between its ACTIVE → RELEASING and its teardown push.)"""
+def wait_quiet(stack: Stack, timeout: float, stable_s: float = 3.0,
+               expiry_margin_s: float | None = EXPIRY_MARGIN_S) -> dict[str, str]:
+    """Until no lease is transitional or about to expire (within ``stable_s`` +
+    ``expiry_margin_s``; None: not waited for), and nothing changed for ``stable_s``; the
+    last states seen. (A short lease placed late from the queue expires seconds after the
+    run looked quiet: CI once read the invariants in the instant between its ACTIVE →
+    RELEASING and its teardown push.)"""
     deadline = time.monotonic() + timeout
     last: dict[str, str] = {}
     since = time.monotonic()
     while time.monotonic() < deadline:
         states = stack.states()
         if states != last or any(s in TRANSITIONAL for s in states.values()) or \
-                stack.running_leases_ending_within(stable_s + EXPIRY_MARGIN_S):
+                (expiry_margin_s is not None
+                 and stack.running_leases_ending_within(stable_s + expiry_margin_s)):
             last, since = states, time.monotonic()
         elif time.monotonic() - since >= stable_s:
             return states
