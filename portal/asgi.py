@@ -5,6 +5,7 @@ handler with ``settings.AGENT_MIDDLEWARE``; every other one to the full stack (A
 """
 
 import os
+from importlib import import_module
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "portal.settings")
 
@@ -17,6 +18,7 @@ django_asgi_app = get_asgi_application()
 
 from django.conf import settings  # noqa: E402
 
+from portal.core import gcpolicy  # noqa: E402
 from portal.core.lean_asgi import LeanASGIHandler, PathPrefixDispatcher  # noqa: E402
 from portal.leasing import warmup  # noqa: E402
 from portal.routing import websocket_urlpatterns  # noqa: E402
@@ -25,6 +27,8 @@ agent_asgi_app = LeanASGIHandler(settings.AGENT_MIDDLEWARE)
 http_app = PathPrefixDispatcher([(settings.AGENT_API_PREFIX, agent_asgi_app)],
                                 default=django_asgi_app)
 
+import_module(settings.ROOT_URLCONF)  # every view module imported now, so frozen too
+gcpolicy.freeze_startup_heap()  # ADR 0172: what the imports made, before any cache is read
 warmup.warm_in_background()  # GPUPOOL_WARM_WEB: this process's scheduler caches, read once
 
 application = ProtocolTypeRouter({

@@ -24,6 +24,8 @@ import threading
 import time
 from typing import Any
 
+from portal.core import gcpolicy
+
 log = logging.getLogger(__name__)
 _warmed_in: set[int] = set()  # process ids already warmed
 
@@ -54,8 +56,10 @@ def _runs_tasks_here(consumer: Any) -> bool:
 
 
 def _once() -> None:
+    """A Celery process is ready: freeze its start-up heap (ADR 0172), then warm."""
     if os.getpid() not in _warmed_in:
         _warmed_in.add(os.getpid())
+        gcpolicy.freeze_startup_heap()  # before the caches: those are rebuilt, never frozen
         warm_scheduler_caches()
 
 
