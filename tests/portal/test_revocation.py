@@ -321,3 +321,33 @@ def test_repush_slice_covers_the_fleet_once_per_sweep(settings: Any) -> None:
     cache.delete(repair.CURSOR_KEY)
     seen = [pk for _ in range(3) for pk in repair.next_slice(list(range(1, 51)), 20)]
     assert seen[:50] == list(range(1, 51)) and seen[50:] == list(range(1, 11))
+
+
+def test_stored_grants_are_found_in_the_database_not_read_out(world: dict[str, Any]) -> None:
+    """``repair.nodes_with_stored_grants`` picks the documents that grant something in SQL
+    (it used to read every node's grant list, SSH keys included, every beat); the same
+    nodes as the Python test of each document, whatever shape the document has."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from portal.inventory.models import Node
+    from portal.leasing.lifecycle import repair
+
+    shapes: list[dict[str, Any]] = [
+        {}, {"partitions": []}, {"access_grants": []}, {"access_grants": None},
+        {"access_grants": [{"lease_id": "ls_1", "account": "lease-1"}]},
+        {"access_grants": [{}]}, {"access_grants": [], "partitions": [{"pkey": "0x8001"}]}]
+    nodes = list(Node.objects.order_by("pk"))
+    for first in range(0, len(shapes), len(nodes)):  # every shape, a pool's worth at a time
+        batch = shapes[first:first + len(nodes)]
+        for node, document in zip(nodes, batch, strict=False):
+            NodeDesiredState.objects.update_or_create(node=node,
+                                                      defaults={"document": document})
+        python = sorted(row.node_id for row in NodeDesiredState.objects.all()
+                        if (row.document or {}).get("access_grants"))
+        with CaptureQueriesContext(connection) as ctx:
+            found = sorted(repair.nodes_with_stored_grants())
+        assert found == python, batch
+        assert len(ctx.captured_queries) == 1
+        assert "access_grants" not in ctx.captured_queries[0]["sql"].split("FROM")[0]
+    assert found == [nodes[0].pk, nodes[1].pk]  # last batch: two granting, then [] and null

@@ -31,9 +31,16 @@ def granting_nodes() -> list[int]:
     """Nodes with a granting lease, or with grants in their stored document (to revoke)."""
     live = set(Allocation.objects.filter(live=True, lease__state__in=desired.GRANTING)
                .values_list("node_id", flat=True).distinct())
-    stored = {node_id for node_id, grants in NodeDesiredState.objects.values_list(
-        "node_id", "document__access_grants") if grants}
-    return sorted(live | stored)
+    return sorted(live | set(nodes_with_stored_grants()))
+
+
+def nodes_with_stored_grants() -> list[int]:
+    """Nodes whose stored document grants something: decided in the database, so a beat
+    reads node ids, not every node's grants (SSH keys included) — at 10,000 nodes that
+    was every document's grant list every 5 s."""
+    return list(NodeDesiredState.objects.filter(document__has_key="access_grants")
+                .exclude(document__access_grants=[]).exclude(document__access_grants=None)
+                .values_list("node_id", flat=True))
 
 
 def _budget(count: int) -> int:
