@@ -204,6 +204,9 @@ GPUPOOL_SIMULATED_AGENTS = env_bool("GPUPOOL_SIMULATED_AGENTS", not PRODUCTION)
 # Web processes read the scheduler caches as they start (portal/leasing/warmup.py): the
 # first quote or order of a process does not pay the cold build (about 1 s at 10,000 nodes).
 GPUPOOL_WARM_WEB = env_bool("GPUPOOL_WARM_WEB", PRODUCTION)
+# Web and Celery processes freeze their start-up heap out of the garbage collector's passes
+# before warming their caches (portal/core/gcpolicy.py, ADR 0172).
+GPUPOOL_GC_FREEZE = env_bool("GPUPOOL_GC_FREEZE", True)
 GPUPOOL_PROVISION_TIMEOUT_S = int(os.environ.get("GPUPOOL_PROVISION_TIMEOUT_S", "120"))
 GPUPOOL_RELEASE_TIMEOUT_S = int(os.environ.get("GPUPOOL_RELEASE_TIMEOUT_S", "300"))
 # A running spot lease is told this long before it is preempted (0: preempted at once).

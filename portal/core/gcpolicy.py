@@ -30,8 +30,10 @@ _lock = threading.Lock()
 
 
 def enabled() -> bool:
-    return os.environ.get("GPUPOOL_GC_FREEZE", "1").strip().lower() not in ("0", "false",
-                                                                          "no", "off")
+    """``settings.GPUPOOL_GC_FREEZE`` (on unless the environment turns it off)."""
+    from django.conf import settings
+
+    return bool(getattr(settings, "GPUPOOL_GC_FREEZE", True))
 
 
 def freeze_startup_heap() -> int:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,11 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def fresh_process_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def fresh_process_state(monkeypatch: pytest.MonkeyPatch, settings: Any) -> Iterator[None]:
     """As if this process had not frozen yet; the collector's state put back after."""
     monkeypatch.setattr(gcpolicy, "_frozen_in", set())
     monkeypatch.setattr(warmup, "_warmed_in", set())
-    monkeypatch.delenv("GPUPOOL_GC_FREEZE", raising=False)
+    settings.GPUPOOL_GC_FREEZE = True
     yield
     gc.unfreeze()
 
@@ -36,10 +37,8 @@ def test_freeze_startup_heap_freezes_what_is_alive_once_per_process(
     assert gcpolicy.freeze_startup_heap() == 0  # once per process
 
 
-@pytest.mark.parametrize("value", ["0", "off", "false"])
-def test_gc_freeze_off(fresh_process_state: None, monkeypatch: pytest.MonkeyPatch,
-                       value: str) -> None:
-    monkeypatch.setenv("GPUPOOL_GC_FREEZE", value)
+def test_gc_freeze_off(fresh_process_state: None, settings: Any) -> None:
+    settings.GPUPOOL_GC_FREEZE = False
     before = gc.get_freeze_count()
     assert gcpolicy.freeze_startup_heap() == 0
     assert gc.get_freeze_count() == before
