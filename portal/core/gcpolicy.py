@@ -1,12 +1,11 @@
 """The cyclic garbage collector in long-running server processes (ADR 0172).
 
-A web or worker process imports Django, DRF, Channels, Celery and the portal before it
-serves anything: about 117,000 objects the collector tracks and that live as long as the
-process (modules, classes, functions, settings, URL patterns). Every full collection
-walks all of them again (70–90 ms each on the development machine), and the youngest
-generations' collections pass over the survivors of each request. Measured under
-``make bench-ingest``: 7.5 % of the server's CPU (4.3 s of 54 s in one worker) went to
-the collector.
+A web or worker process imports Django, DRF, Channels, Celery and the portal (its views
+included) before it serves anything: about 147,000 objects the collector tracks and that
+live as long as the process (modules, classes, functions, settings, URL patterns). Every
+full collection walks all of them again (70–90 ms each on the development machine), and
+gen1 passes walk what survived. Measured in the two uvicorn workers of
+``make bench-ingest``: the collector took 7.0 % and 8.6 % of their CPU (ADR 0172).
 
 ``freeze_startup_heap`` collects once and then moves everything alive into the
 collector's permanent generation (``gc.freeze``), which later collections skip. Only
