@@ -102,11 +102,11 @@ def _app_run(nodes: list[Any], rounds: int, start: float,
     """``--through app``: each report through the production ASGI application
     (``portal.asgi.application``: the path dispatch and the agent API's lean handler,
     ADR 0150) as uvicorn hands it over (HTTP parsing and the socket not included)."""
-    from asgiref.testing import ApplicationCommunicator
-
     from portal.asgi import application
 
     async def one(path: str, body: bytes, credential: str) -> int:
+        """One request handed over as uvicorn hands it (one ``http.request`` message, then
+        nothing until the response is sent), without a test harness's queues and tasks."""
         headers = [(b"host", b"localhost"), (b"content-type", b"application/json"),
                    (b"content-length", str(len(body)).encode()),
                    (b"authorization", f"Bearer {credential}".encode())]
@@ -115,13 +115,21 @@ def _app_run(nodes: list[Any], rounds: int, start: float,
                  "raw_path": path.encode(), "query_string": b"", "root_path": "",
                  "headers": headers, "client": ("127.0.0.1", 40000),
                  "server": ("localhost", 80)}
-        comm = ApplicationCommunicator(application, scope)
-        await comm.send_input({"type": "http.request", "body": body, "more_body": False})
-        status = int((await comm.receive_output(30))["status"])
-        while (await comm.receive_output(30)).get("more_body"):
-            pass
-        await comm.wait(30)
-        return status
+        pending = [{"type": "http.request", "body": body, "more_body": False}]
+        never = asyncio.Event()
+        sent: list[dict[str, Any]] = []
+
+        async def receive() -> dict[str, Any]:
+            if pending:
+                return pending.pop()
+            await never.wait()  # the client stays connected
+            raise AssertionError("unreachable")
+
+        async def send(message: dict[str, Any]) -> None:
+            sent.append(message)
+
+        await application(scope, receive, send)
+        return int(sent[0]["status"])
 
     async def main() -> list[float]:
         cpu: list[float] = []
