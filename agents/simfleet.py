@@ -15,7 +15,8 @@ hardware is imaginary.
 it hostnames are ``--hostname-prefix`` + index and GUIDs are derived from the index.
 Prints JSON progress on stderr and a JSON summary on stdout (``--summary`` also to a file).
 SIGUSR1 pauses (or resumes) the regular reports, to measure what idle long-polls cost
-alone; SIGUSR2 writes the summary so far to ``--summary``.
+alone; SIGUSR2 writes the summary so far to ``--summary``; SIGHUP starts a measurement
+window (the summary's ``latency_window``: per endpoint, only what came after it).
 """
 
 from __future__ import annotations
@@ -260,6 +261,7 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, fleet.toggle_pause)
     loop.add_signal_handler(signal.SIGUSR2, fleet.dump)
+    loop.add_signal_handler(signal.SIGHUP, fleet.stats.mark)
     gate = asyncio.Semaphore(args.enrol_concurrency)
     tasks = [asyncio.create_task(fleet.run_node(n, gate)) for n in nodes]
     tasks += [asyncio.create_task(fleet.heartbeats()), asyncio.create_task(fleet.progress())]

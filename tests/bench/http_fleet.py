@@ -118,6 +118,11 @@ class HttpFleet:
             time.sleep(0.05)
         return {}
 
+    def mark(self) -> None:
+        """Start the simulator's measurement window (its ``latency_window``)."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGHUP)
+
     def pause_reports(self) -> None:
         assert self.proc is not None
         os.kill(self.proc.pid, signal.SIGUSR1)

@@ -26,12 +26,15 @@ import contextlib
 import os
 import random
 import re
+import shutil
 import statistics
+import subprocess
 import sys
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from tests.bench.cpu_split import CpuMeter
 from tests.bench.http_fleet import HttpFleet, commits_per_s
@@ -90,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="long-poll timeouts to measure the idle query rate over (0: skip)")
     p.add_argument("--task-times", action="store_true",
                    help="log every task (INFO) and print mean/max seconds per task")
+    p.add_argument("--profile", metavar="DIR",
+                   help="py-spy (if installed) samples the web processes during the orders; "
+                        "collapsed stacks are written to DIR/web.txt")
     return p
 
 
@@ -215,12 +221,15 @@ def _latency_table(fleet: HttpFleet | None) -> None:
     if fleet is None:
         return
     info = fleet.counts()
-    print("simulator (what the agents see), per endpoint, whole run:")
-    print(f"  {'endpoint':<16} {'n':>8} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} "
-          f"{'max ms':>9}")
-    for name, row in (info.get("latency") or {}).items():
-        print(f"  {name:<16} {row['n']:>8} {row['p50_ms']:>9.1f} {row['p90_ms']:>9.1f} "
-              f"{row['p99_ms']:>9.1f} {row['max_ms']:>9.1f}")
+    for key, title in (("latency", "whole run"), ("latency_window", "the order window")):
+        if key not in info:
+            continue
+        print(f"simulator (what the agents see), per endpoint, {title}:")
+        print(f"  {'endpoint':<16} {'n':>8} {'p50 ms':>9} {'p90 ms':>9} {'p99 ms':>9} "
+              f"{'max ms':>9}")
+        for name, row in (info.get(key) or {}).items():
+            print(f"  {name:<16} {row['n']:>8} {row['p50_ms']:>9.1f} {row['p90_ms']:>9.1f} "
+                  f"{row['p99_ms']:>9.1f} {row['max_ms']:>9.1f}")
     counts = {k: v for k, v in info.items() if isinstance(v, int)}
     print(f"  counts {counts}; errors {info.get('errors')}")
 
@@ -252,11 +261,16 @@ def _measure(stack: Stack, fleet: HttpFleet | None, baseline: float,
     load_before = _load()
     meter.start()
     depth.start()
+    if fleet is not None:
+        fleet.mark()
+    spy = _profile(stack, o.profile, o.orders / o.rate + 10)
     t0 = time.perf_counter()
     measured = orders.open_loop(o.orders, o.rate)
     states = stack.wait_settled(measured, timeout=o.timeout, ok=("active",))
     window = time.perf_counter() - t0
     cpu, (depth_max, depth_mean) = meter.stop(_backends(stack)), depth.stop()
+    for proc in spy:
+        proc.wait(timeout=60)
     rows = stack.query("""SELECT EXTRACT(EPOCH FROM active_at - created) FROM leasing_lease
                           WHERE id::text = ANY(%s) AND active_at IS NOT NULL""", [measured])
     lat = sorted(float(r[0]) for r in rows)
@@ -290,6 +304,23 @@ def _measure(stack: Stack, fleet: HttpFleet | None, baseline: float,
     ok = _pct(lat, 0.99) <= TARGET_P99_S and not not_active
     print(f"target p99 ≤ {TARGET_P99_S:.0f} s: {'MET' if ok else 'NOT MET'}")
     return 0 if ok else 1
+
+
+def _profile(stack: Stack, out: str | None, seconds: float) -> list[subprocess.Popen[bytes]]:
+    """py-spy sampling, for ``seconds``, the CPU (GIL holders) of the web processes
+    (uvicorn and its workers: ``web.txt``) and of the Celery workers (``worker-N.txt``)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if not out or stack.web is None or not Path(spy).exists():
+        return []
+    Path(out).mkdir(parents=True, exist_ok=True)
+    targets = [("web", stack.web.pid), *((f"worker-{i}", w.pid)
+                                         for i, w in enumerate(stack.workers))]
+    return [subprocess.Popen([spy, "record", "--pid", str(pid), "--subprocesses", "--gil",
+                              "--duration", str(int(seconds)), "--rate", "50", "--format",
+                              "raw", "--output", str(Path(out) / f"{name}.txt"),
+                              "--nonblocking"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            for name, pid in targets]
 
 
 def _print_stages(stack: Stack, ids: list[str]) -> None:

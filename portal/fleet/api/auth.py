@@ -41,21 +41,32 @@ class AgentCredentialAuth:
 
     keyword = "Bearer "
 
-    def bearer(self, request: HttpRequest) -> str:
-        """The bearer value, throttled (no database work); 401 when there is none."""
+    def raw_bearer(self, request: HttpRequest) -> str:
+        """The bearer value, NOT yet throttled; 401 when there is none."""
         header = request.headers.get("Authorization", "")
         if not header.startswith(self.keyword):
             raise unauthenticated()
-        raw = header[len(self.keyword):].strip()
+        return header[len(self.keyword):].strip()
+
+    def bearer(self, request: HttpRequest) -> str:
+        """The bearer value, throttled (no database work); 401 when there is none."""
+        raw = self.raw_bearer(request)
         throttle(scope="agent", secret=raw)
         return raw
 
-    def bearer_hash(self, request: HttpRequest) -> str:
-        """``bearer`` as its stored form (sha256 hex); 401 when it cannot be one of ours."""
-        raw = self.bearer(request)
+    def unthrottled_hash(self, request: HttpRequest) -> tuple[str, str]:
+        """(bearer value, its stored form: sha256 hex), no cache round trip: for an async
+        view, which takes the token in a database thread (``throttle_agent``), never in
+        its event loop. 401 when it cannot be one of ours."""
+        raw = self.raw_bearer(request)
         if not raw.startswith(PREFIX):
             raise unauthenticated()
-        return digest(raw)
+        return raw, digest(raw)
+
+    @staticmethod
+    def throttle_agent(raw: str) -> None:
+        """The rate limit ``bearer`` applies, for a value taken by ``unthrottled_hash``."""
+        throttle(scope="agent", secret=raw)
 
     def authenticate(self, request: HttpRequest, node_id: str) -> AgentCredential:
         return self._owner(credential_authenticate(self.bearer(request)), node_id)

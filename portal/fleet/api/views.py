@@ -165,7 +165,8 @@ async def desired_state(request: HttpRequest, node_id: str) -> HttpResponse:
         return HttpResponseNotAllowed(["GET"])
     try:
         after, wait = _params(request)
-        return await longpoll.long_poll(request, agent_auth.bearer_hash(request), node_id,
-                                        after, wait)
+        raw, credential_hash = agent_auth.unthrottled_hash(request)
+        return await longpoll.long_poll(request, credential_hash, node_id, after, wait,
+                                        throttle_secret=raw)
     except ApplicationError as exc:
         return _error(exc)
