@@ -91,10 +91,12 @@ class Fleet:
 
     async def call(self, node: SimNode, method: str, path: str, endpoint: str,
                    body: Any = None, params: dict[str, Any] | None = None,
-                   timeout: float = 30.0) -> Response | None:  # fmt: skip
+                   timeout: float = 30.0, urgent: bool = False) -> Response | None:  # fmt: skip
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if node.credential:
             headers[protocol.AUTH_HEADER] = f"Bearer {node.credential}"
+        if urgent:  # as the agent marks the report it sends because its node converged
+            headers[protocol.PRIORITY_HEADER] = protocol.URGENT_PRIORITY
         content = None if body is None else json.dumps(body, separators=(",", ":")).encode()
         t0 = time.perf_counter()
         try:
@@ -158,7 +160,7 @@ class Fleet:
         async with node.lock:  # one at a time per node, in seq order (as the spool sends)
             body = node.report(time.time())
             resp = await self.call(node, "POST", protocol.REPORTS_PATH.format(
-                node_id=node.node_id), "report", body)
+                node_id=node.node_id), "report", body, urgent=why == "converged_reports")
             self.stats.count(why if resp is not None else f"{why}_failed")
             if resp is not None:
                 self._follow(json.loads(resp.content))

@@ -108,10 +108,10 @@ def build_node(index: int, args: argparse.Namespace, root: Path, token: str | No
     node = SimNode(agent, api, writer, rng)
     send = client.send_report
 
-    def timed(report: dict[str, Any]) -> dict[str, Any]:
+    def timed(report: dict[str, Any], urgent: bool = False) -> dict[str, Any]:
         started = time.perf_counter()
         try:
-            return send(report)
+            return send(report, urgent)
         finally:
             node.latencies.append(time.perf_counter() - started)
 

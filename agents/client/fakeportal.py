@@ -62,6 +62,7 @@ class FakeNode:
     credential_hashes: dict[str, float] = field(default_factory=dict)  # hash -> valid until
     seqs: set[int] = field(default_factory=set)
     reports: list[dict[str, Any]] = field(default_factory=list)
+    urgent_seqs: list[int] = field(default_factory=list)  # reports sent with Priority u<=2
     desired: dict[str, Any] | None = None
     generation: int = 0
     rotate_requested: bool = False
@@ -281,6 +282,8 @@ class FakePortal:
         if status == "accepted":
             node.seqs.add(seq)
             node.reports.append(body)
+            if request.headers.get(protocol.PRIORITY_HEADER) == protocol.URGENT_PRIORITY:
+                node.urgent_seqs.append(seq)
         rotate, node.rotate_requested = node.rotate_requested, False
         return httpx.Response(200, json={
             "protocol": protocol.PROTOCOL_VERSION, "seq": seq, "status": status,

@@ -67,15 +67,18 @@ class PortalClient:
     def close(self) -> None:
         self.http.close()
 
-    def _headers(self) -> dict[str, str]:
+    def _headers(self, urgent: bool = False) -> dict[str, str]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         if self.credential is not None:
             headers[protocol.AUTH_HEADER] = f"Bearer {self.credential.credential}"
+        if urgent:
+            headers[protocol.PRIORITY_HEADER] = protocol.URGENT_PRIORITY
         return headers
 
     def _call(
         self, method: str, path: str, body: Any = None,
         params: dict[str, Any] | None = None, timeout: float | None = None,
+        urgent: bool = False,
     ) -> httpx.Response:  # fmt: skip
         if (left := self.hold.remaining()) > 0:
             status, code = self.hold.reason
@@ -84,7 +87,7 @@ class PortalClient:
         content = None if body is None else json.dumps(body, separators=(",", ":"))
         try:
             resp = self.http.request(
-                method, path, content=content, params=params, headers=self._headers(),
+                method, path, content=content, params=params, headers=self._headers(urgent),
                 timeout=timeout if timeout is not None else httpx.USE_CLIENT_DEFAULT,
             )  # fmt: skip
         except httpx.HTTPError as exc:
@@ -102,9 +105,10 @@ class PortalClient:
         self._follow(data)
         return self.credential
 
-    def send_report(self, report: dict[str, Any]) -> dict[str, Any]:
+    def send_report(self, report: dict[str, Any], urgent: bool = False) -> dict[str, Any]:
+        """POST one report; ``urgent``: it carries news a lease waits for (§5, Priority)."""
         path = protocol.REPORTS_PATH.format(node_id=self._node_id())
-        ack: dict[str, Any] = self._call("POST", path, report).json()
+        ack: dict[str, Any] = self._call("POST", path, report, urgent=urgent).json()
         self._follow(ack)
         return ack
 

@@ -61,6 +61,7 @@ class NodeAgent:
         self.rejected = 0
         self.sent = 0
         self.wake = threading.Event()
+        self.news_seq = 0  # the report spooled because something changed (sent urgent)
         now = clock()
         self.next_sample = self.next_report = self.next_send = now
         self.desired_generation = 0
@@ -135,7 +136,9 @@ class NodeAgent:
         self._expire()
         self._watch(now)
         if now >= self.next_report or self.wake.is_set():
-            self._spool_report()
+            seq = self._spool_report()
+            if self.wake.is_set():  # news (converged, applied, expired): served first
+                self.news_seq = seq
             self.next_report = now + self.report_interval_s
         if now >= self.next_send or self.wake.is_set():
             self.wake.clear()
@@ -197,7 +200,8 @@ class NodeAgent:
         self.pending.append(to_wire(sample))
         del self.pending[: -protocol.MAX_TELEMETRY_PER_REPORT]
 
-    def _spool_report(self) -> None:
+    def _spool_report(self) -> int:
+        """Spool a report of what is observed now; return its seq."""
         assert self.client.credential is not None
         seq = self.spool.allocate_seq()
         self.spool.push({
@@ -207,12 +211,13 @@ class NodeAgent:
             "observed": self.applier.observed(), "telemetry": self.pending,
         })  # fmt: skip
         self.pending = []
+        return seq
 
     def flush(self, now: float) -> None:
         """Send spooled reports oldest first; stop at the first retryable failure."""
         while (report := self.spool.peek()) is not None:
-            try:
-                ack = self.client.send_report(report)
+            try:  # only the news is urgent, not a backlog resent after an outage
+                ack = self.client.send_report(report, urgent=report["seq"] == self.news_seq)
             except PortalError as exc:
                 if exc.status == 400:  # poison: would block the queue forever
                     log.error("report rejected", extra={"seq": report["seq"], "error": str(exc)})

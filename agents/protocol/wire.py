@@ -14,6 +14,11 @@ DESIRED_STATE_PATH = API_PREFIX + "/nodes/{node_id}/desired-state"
 CREDENTIAL_PATH = API_PREFIX + "/nodes/{node_id}/credential"
 AUTH_HEADER = "Authorization"  # "Bearer <credential>"
 RETRY_AFTER_HEADER = "Retry-After"  # whole seconds, on 429 and 409 pending_approval
+# §5: a report sent because the node's state changed (it converged, a grant expired) asks
+# to be served first with the standard Priority header (RFC 9218; u=0..2 counts as urgent,
+# the default u=3 and anything without the header is routine)
+PRIORITY_HEADER = "Priority"
+URGENT_PRIORITY = "u=1"
 MAX_LONG_POLL_S = 120  # the portal's long_poll_timeout_s grows with the fleet (§8)
 MAX_HEARTBEAT_S = 3600
 MAX_TELEMETRY_PER_REPORT = 120

@@ -76,6 +76,11 @@ def test_agent_reports_convergence_when_pkey_appears(tmp_path: Path) -> None:
     # the report sent right after the apply (before the SM acted) said "not yet", honestly
     first = next(r for r in node.reports if r["observed"]["generation_applied"] == gen)
     assert first["observed"]["partitions"][0]["missing"] == ["0x8101"]
+    # the converged report asked to be served first (Priority u=1, §5); the regular ones
+    # before the change did not
+    converged = next(r["seq"] for r in node.reports if _in_sync(r, gen))
+    assert converged in node.urgent_seqs
+    assert node.reports[0]["seq"] not in node.urgent_seqs
 
 
 def test_convergence_watch_gives_up_and_backs_off(tmp_path: Path) -> None:

@@ -63,18 +63,21 @@ class _Reads:
         self.request, self.credential_hash = request, credential_hash
         self.node_id, self.after, self.throttle_secret = node_id, after, throttle_secret
 
-    async def next(self) -> selectors.DesiredRead:
+    async def next(self, woken: bool = False) -> selectors.DesiredRead:
+        """The next read; ``woken`` (new desired state is likely there): ahead of the
+        routine work of the database threads."""
         secret, self.throttle_secret = self.throttle_secret, None
         return await run_db(self.request, read, self.credential_hash, self.node_id,
-                            self.after, secret)
+                            self.after, secret, first=woken)
 
 
 async def _wait(reads: _Reads, deadline: float, key: str) -> HttpResponse | str:
     """Subscribed to ``key``: read, then wait for a wake-up until ``deadline``. Returns the
     answer, or the agent's real key when ``key`` was not it (nothing was waited for)."""
     async with wakeup.subscribe(key) as changes:
+        woken = False
         while True:
-            found = await reads.next()
+            found = await reads.next(woken)
             if found.document is not None:
                 return JsonResponse(found.document)
             if _key(found) != key:
@@ -82,6 +85,7 @@ async def _wait(reads: _Reads, deadline: float, key: str) -> HttpResponse | str:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not await changes.wait(remaining):
                 return HttpResponse(status=204)  # timed out, nothing changed: no re-read
+            woken = changes.hub.live()  # a notification, not the fallback's polling step
 
 
 async def long_poll(request: HttpRequest, credential_hash: str, node_id: str, after: int,

@@ -18,7 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from portal.core.errors import ApplicationError
 from portal.fleet import intervals, jsonbody, protocol
-from portal.fleet.api import longpoll
+from portal.fleet.api import dbthread, longpoll
 from portal.fleet.api.auth import agent_auth
 from portal.fleet.api.dbthread import run_db
 from portal.fleet.api.throttle import throttle
@@ -43,9 +43,11 @@ def _error(exc: ApplicationError) -> JsonResponse:
                         status=exc.status_code)
 
 
-def agent_endpoint(method: str) -> Callable[[Callable[..., HttpResponse]], Any]:
+def agent_endpoint(method: str, prioritised: bool = False,
+                   ) -> Callable[[Callable[..., HttpResponse]], Any]:
     """Turn a sync handler into an async, CSRF-exempt view that runs it in the agent
-    API's database threads (``dbthread``) and renders protocol errors (§4)."""
+    API's database threads (``dbthread``) and renders protocol errors (§4);
+    ``prioritised``: a request marked urgent (``Priority: u=0..2``) goes first."""
 
     def decorate(view: Callable[..., HttpResponse]) -> Any:
         def handle(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
@@ -62,7 +64,8 @@ def agent_endpoint(method: str) -> Callable[[Callable[..., HttpResponse]], Any]:
         async def wrapper(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
             if request.method != method:
                 return HttpResponseNotAllowed([method])
-            return await run_db(request, handle, request, *args, **kwargs)
+            first = prioritised and dbthread.urgent(request)
+            return await run_db(request, handle, request, *args, first=first, **kwargs)
         return wrapper
     return decorate
 
@@ -127,7 +130,7 @@ def _pending_retry_s() -> int:
     return int(getattr(settings, "GPUPOOL_AGENT_PENDING_RETRY_S", PENDING_RETRY_S))
 
 
-@agent_endpoint("POST")
+@agent_endpoint("POST", prioritised=True)
 def reports(request: HttpRequest, node_id: str) -> HttpResponse:
     cred, previous = agent_auth.authenticate_for_report(request, node_id)
     body = _body(request, protocol.REPORT, "invalid_report")
