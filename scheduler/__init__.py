@@ -34,6 +34,7 @@ from scheduler.model import (
     UsageRecord,
 )
 from scheduler.policy import DEFAULT_POLICY, POLICIES, get_policy
+from scheduler.warm import WarmBase
 from scheduler.windows import check_extension
 
 __all__ = [
@@ -64,6 +65,7 @@ __all__ = [
     "Topology",
     "Unplaceable",
     "UsageRecord",
+    "WarmBase",
     "check_extension",
     "get_policy",
     "never_fits",

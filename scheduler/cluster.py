@@ -92,15 +92,22 @@ class ClusterState:
             key, order = self._make_key(i)
             self.keys.append(key)
             self.order.append(order)
-        self.changes: list[int] = []
-        self.heaps: dict[Shape, _ShapeHeap] = {}
-        self.memo: dict[Shape, dict[NodeKey, Eval]] = {}  # per shape, by state key
-        self._memo_size = 0
         # Equivalence classes: ready nodes by state key (insertion-ordered sets).
         self.classes: dict[NodeKey, dict[int, None]] = {}
         for i, key in enumerate(self.keys):
             if self.ready[i]:
                 self.classes.setdefault(key, {})[i] = None
+        self._start_pass()
+        if replay:
+            self.consume_all(leases)
+
+    def _start_pass(self) -> None:
+        """What one pass builds up and the next must not see: the change log, the heaps
+        and evaluations (they depend on the context), holds, reserves, victim caches."""
+        self.changes: list[int] = []
+        self.heaps: dict[Shape, _ShapeHeap] = {}
+        self.memo: dict[Shape, dict[NodeKey, Eval]] = {}  # per shape, by state key
+        self._memo_size = 0
         self._groups: NodeGroups | None = None
         # EASY backfill reservation for the head-of-line leaf gang (fabric policies).
         self.hold: Hold | None = None
@@ -119,8 +126,27 @@ class ClusterState:
         # Inside ``batch()``: nodes and leaves whose keys are due at the end of it.
         self._due_nodes: dict[int, None] | None = None
         self._due_leaves: set[int] = set()
-        if replay:
-            self.consume_all(leases)
+
+    def fork(self, ctx: ScoreContext) -> ClusterState:
+        """An independent copy of this state for one pass scored with ``ctx`` (the warm
+        base of ``scheduler.warm`` stays as it is). What never changes after a build
+        (nodes, names, index, NVLink domains) is shared; every mutable count is copied;
+        what a pass builds up starts empty, as in a fresh build."""
+        new = object.__new__(ClusterState)
+        new.policy, new.ctx = self.policy, ctx
+        new.nodes, new.index, new.names, new.domains = (
+            self.nodes, self.index, self.names, self.domains)
+        new.ready, new.version = list(self.ready), list(self.version)
+        new.cpu_free, new.mem_free = list(self.cpu_free), list(self.mem_free)
+        new.gpu_free = [free.copy() for free in self.gpu_free]
+        new.holders = [{g: dict(per) for g, per in held.items()} if held else {}
+                       for held in self.holders]
+        new.model_cap, new.model_free = dict(self.model_cap), dict(self.model_free)
+        new.leaves = None if self.leaves is None else self.leaves.copy()
+        new.keys, new.order = list(self.keys), list(self.order)
+        new.classes = {key: dict(members) for key, members in self.classes.items()}
+        new._start_pass()
+        return new
 
     def _model_totals(self) -> tuple[dict[str, int], dict[str, int]]:
         """Per GPU model: healthy GPU milli, and the free part of it on ready nodes."""

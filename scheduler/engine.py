@@ -22,6 +22,7 @@ from scheduler.preempt import CandidateIndex, find_with_victims, reclaimable
 from scheduler.quota import Admission, QuotaLedger
 from scheduler.reservation import plan_hold
 from scheduler.reserve import plan_reserve
+from scheduler.warm import WarmBase
 from scheduler.windows import earliest_start, window_state
 
 
@@ -40,7 +41,7 @@ HOLD_REASONS = frozenset({Reason.TOPOLOGY, Reason.INSUFFICIENT_CAPACITY,
 
 class _Pass:
     def __init__(self, snapshot: Snapshot, queue: Sequence[Request], now: int,
-                 policy: str | None) -> None:
+                 policy: str | None, warm: WarmBase | None = None) -> None:
         self.snapshot, self.now = snapshot, now
         self.policy = get_policy(policy)
         self.ctx = score_context(snapshot, queue)
@@ -50,7 +51,8 @@ class _Pass:
         self.preemptible = {k: le for k, le in self.active.items() if le.preemptible}
         self.pre_on: dict[int, dict[str, Lease]] = {}  # node index -> preemptible leases
         self.future = [le for le in snapshot.leases if le.start > now]
-        self.base = self._state(self.active.values())
+        self._warm = warm
+        self.base = self._running_state(self.active.values())
         self.ledger = QuotaLedger(self.active.values())
         for lease in self.preemptible.values():
             self._index_preemptible(lease, True)
@@ -61,6 +63,13 @@ class _Pass:
 
     def _state(self, leases: Iterable[Lease]) -> ClusterState:
         return ClusterState(self.snapshot.nodes, self.policy, self.ctx, leases)
+
+    def _running_state(self, running: Iterable[Lease]) -> ClusterState:
+        """A fresh state of the leases running at the start of the pass (a fork of the
+        warm base when the caller keeps one)."""
+        if self._warm is None:
+            return self._state(running)
+        return self._warm.state(self.snapshot.nodes, self.policy, self.ctx, running)
 
     def decide(self, request: Request, want_earliest: bool) -> Decision:
         req = effective(request, self.now)
@@ -211,7 +220,7 @@ class _Pass:
                 state = self._empty
             else:
                 if self._initial is None:
-                    self._initial = self._state(
+                    self._initial = self._running_state(
                         le for le in self.snapshot.leases
                         if le.overlaps(self.now, self.now + 1))
                 state = self._initial
@@ -252,10 +261,12 @@ def queue_order(snapshot: Snapshot, queue: Sequence[Request], now: int) -> list[
 
 def schedule_pass(snapshot: Snapshot, queue: Sequence[Request], now: int,
                   policy: str | None = None, *, earliest_start_limit: int = 32,
-                  ) -> PassResult:
+                  warm: WarmBase | None = None) -> PassResult:
     """Decide every queued request (in queue order); the first ``earliest_start_limit``
-    unplaceable ones also get an earliest start from the calendar."""
-    run = _Pass(snapshot, queue, now, policy)
+    unplaceable ones also get an earliest start from the calendar. ``warm``: the
+    caller's working state kept between passes (``scheduler.warm``; the same decisions,
+    less work)."""
+    run = _Pass(snapshot, queue, now, policy, warm)
     decisions: list[Decision] = []
     budget = earliest_start_limit
     ordered = queue_order(snapshot, queue, now)
@@ -270,9 +281,9 @@ def schedule_pass(snapshot: Snapshot, queue: Sequence[Request], now: int,
 
 
 def quote(snapshot: Snapshot, request: Request, now: int,
-          policy: str | None = None) -> Quote:
+          policy: str | None = None, *, warm: WarmBase | None = None) -> Quote:
     """Preview one request against the snapshot (nothing is committed anywhere)."""
-    run = _Pass(snapshot, [request], now, policy)
+    run = _Pass(snapshot, [request], now, policy, warm)
     run.reserve_for([request])
     decision = run.decide(request, True)
     if isinstance(decision, Placement):

@@ -25,6 +25,7 @@ Flags of a node's leaf (a bit set):
 
 from __future__ import annotations
 
+import copy
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -159,6 +160,16 @@ class LeafTracker:
         self.able_for_need: set[int] = set()  # leaves with ``need`` idle nodes or more
         self.marks = _Marks()
         self.stale = True  # set_node ran since the last full recompute
+
+    def copy(self) -> LeafTracker:
+        """An independent copy: the leaf layout (``leaf``, ``leaf_ids``, ``members``)
+        never changes after the build and is shared; every count and flag is copied."""
+        new = copy.copy(self)
+        new.node_idle, new.counted = list(self.node_idle), list(self.counted)
+        new.idle, new.size, new.flags = list(self.idle), list(self.size), list(self.flags)
+        new.extra = dict(self.extra)
+        new.able_for_gang, new.able_for_need = set(self.able_for_gang), set(self.able_for_need)
+        return new
 
     def set_node(self, i: int, counted: bool, idle: bool) -> None:
         """Record node ``i``'s state without recomputing flags (initial load: call

@@ -76,6 +76,9 @@ def _static() -> Static:
 
 CACHE: schedcache.SchedulerCache[Static] = schedcache.SchedulerCache(_static)
 QUOTES: QuoteSnapshot[core.Snapshot] = QuoteSnapshot()
+# The core's working state of the running leases, kept between this process's passes
+# and quotes (``scheduler.warm``): brought up to date with the leases that changed.
+WARM = core.WarmBase()
 
 
 def _recorded_nodes() -> tuple[tuple[core.Node, ...], dict[int, int],
@@ -290,6 +293,7 @@ def forget_cache() -> None:
     CACHE.forget()
     BOOK.forget()
     QUOTES.forget()
+    WARM.forget()
 
 
 def to_request(lease: Lease, now: datetime) -> core.Request:
@@ -312,13 +316,13 @@ def schedule(queue: list[Lease], now: datetime, policy: str | None = None) -> co
     QUOTES.forget()  # this pass is about to change what the quotes were shown
     snap = snapshot()
     return core.schedule_pass(snap, [to_request(lease, now) for lease in queue],
-                              int(now.timestamp()), policy)
+                              int(now.timestamp()), policy, warm=WARM)
 
 
 def preview(lease: Lease, now: datetime) -> core.Quote:
     """A quote on the shared quote snapshot (at most ``quotesnap`` TTL old)."""
     snap = QUOTES.get(snapshot, CACHE.token())
-    return core.quote(snap, to_request(lease, now), int(now.timestamp()))
+    return core.quote(snap, to_request(lease, now), int(now.timestamp()), warm=WARM)
 
 
 def extension(lease: Lease, new_end: datetime) -> core.ExtensionResult:

@@ -195,3 +195,30 @@ def test_statements_do_not_grow_with_held_leases(pool_tx: dict[str, Any],
     for gpu in all_gpus[2:20]:
         hold(pool_tx["b"], gpu, frozen_clock)
     assert statements() == few
+
+
+def test_the_kept_working_state_follows_the_book_without_a_rebuild(
+        booked: dict[str, Any], frozen_clock: datetime) -> None:
+    """Issue 12, a pass that scales: the core's working state is kept between passes and
+    quotes (``allocation.WARM``); a lease released elsewhere is given back in it, not
+    rebuilt from every lease, and the forked state sees the GPU free."""
+    warm = allocation.WARM
+    order = Lease(tenant=booked["a"], gpu_count=8, start_at=frozen_clock,
+                  end_at=frozen_clock + timedelta(hours=1), state="queued",
+                  created=frozen_clock)
+    first = gpus()[0]
+    allocation.QUOTES.forget()
+    assert allocation.preview(order, frozen_clock).placeable_now
+    base = warm._base
+    assert base is not None
+    node = base.index[first.node.hostname]
+    assert base.gpu_free[node][first.index] == 0
+    rebuilt, reused = warm.stats.rebuilt, warm.stats.reused
+    behind_its_back("UPDATE leasing_allocation SET live = false WHERE lease_id = %s",
+                    [booked["held"][0].pk])
+    allocation.QUOTES.forget()
+    allocation.preview(order, frozen_clock)
+    assert (warm.stats.rebuilt, warm.stats.reused) == (rebuilt, reused + 1)
+    assert warm._base is base and base.gpu_free[node][first.index] == 1000
+    allocation.forget_cache()
+    assert warm._base is None
