@@ -96,10 +96,8 @@ def needs_one_leaf(request: Request) -> bool:
 
 def score_context(snapshot: Snapshot, queue: Sequence[Request]) -> ScoreContext:
     mix = derive_task_mix(snapshot, queue)
-    demand: dict[str, float] = {}
-    for node in snapshot.nodes:
-        demand.setdefault(node.model, sum(t.weight for t in mix
-                                          if t.models and node.model in t.models))
+    demand = {model: sum(t.weight for t in mix if t.models and model in t.models)
+              for model in dict.fromkeys(node.model for node in snapshot.nodes)}
     return ScoreContext(
         frag=FragModel(mix),
         max_cpu=max((n.cpu_milli for n in snapshot.nodes), default=1) or 1,

@@ -84,8 +84,8 @@ class WarmBase:
                 or not _history_free(base)):
             return False
         old = self._leases
-        gone = [lease for key, lease in old.items() if leases.get(key) != lease]
-        new = [lease for key, lease in leases.items() if old.get(key) != lease]
+        gone = [lease for key, lease in old.items() if not _same(leases.get(key), lease)]
+        new = [lease for key, lease in leases.items() if not _same(old.get(key), lease)]
         if len(gone) + len(new) > REBUILD_SHARE * len(leases) + 64:
             return False
         base.consume_all(gone, -1)
@@ -100,6 +100,11 @@ def _same_nodes(held: Sequence[Node], nodes: Sequence[Node]) -> bool:
     from pass to pass; a node replaced, e.g. cordoned as unreachable, is compared)."""
     return len(held) == len(nodes) and all(
         a is b or a == b for a, b in zip(held, nodes, strict=True))
+
+
+def _same(held: Lease | None, lease: Lease) -> bool:
+    """The lease book hands out the same objects while a lease is unchanged."""
+    return held is lease or held == lease
 
 
 def _history_free(state: ClusterState) -> bool:
