@@ -21,10 +21,20 @@ from typing import Any
 
 from tests.portal.leasing.stack import PYTHON, ROOT, Stack
 
+# PostgreSQL (15+) counts a backend's commits in pg_stat_database when it flushes its
+# pending statistics: after a commit at most once a second, and for a backend that went
+# idle after an idle timeout of 10 s. A window opened less than that after busy traffic
+# counts some of that traffic: 3 s after 200 agents' reports stopped, ≈ 250 commits landed
+# in a 30 s window whose only statements were its 600 long-poll reads (log_statement=all,
+# log_min_duration_statement=0); 12 s after, 607.
+STATS_SETTLE_S = 12.0
+
 
 def commits_per_s(stack: Stack, seconds: float) -> float:
-    """Committed transactions per second in the stack's database (our two excluded)."""
+    """Committed transactions per second in the stack's database (our two excluded),
+    counted once the statistics of what ran before have landed."""
     sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = %s"
+    time.sleep(STATS_SETTLE_S)
     with stack.connect() as conn:
         conn.execute("SELECT pg_stat_clear_snapshot()")
         c0 = conn.execute(sql, [stack.db_name]).fetchone()[0]
@@ -133,7 +143,7 @@ class HttpFleet:
         self.pause_reports()
         first = self.counts()
         timeout_s = float(first.get("long_poll_s") or 30)
-        time.sleep(3.0)  # in-flight reports and their tasks drain
+        time.sleep(STATS_SETTLE_S)  # in-flight reports drain, their statistics land
         sql = "SELECT xact_commit FROM pg_stat_database WHERE datname = %s"
         with self.stack.connect() as conn:
             conn.execute("SELECT pg_stat_clear_snapshot()")
