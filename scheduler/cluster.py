@@ -86,20 +86,38 @@ class ClusterState:
                 for part in lease.parts:
                     self._take(part, 1, lease.tenant)
         self._load_leaves()
+        self._key_all()
+        self._start_pass()
+        if replay:
+            self.consume_all(leases)
+
+    def _key_all(self) -> None:
+        """Every node's key and domain order, and the equivalence classes: ready nodes by
+        state key (insertion-ordered sets)."""
         self.keys: list[NodeKey] = []
         self.order: list[list[int]] = []
         for i in range(len(self.nodes)):
             key, order = self._make_key(i)
             self.keys.append(key)
             self.order.append(order)
-        # Equivalence classes: ready nodes by state key (insertion-ordered sets).
         self.classes: dict[NodeKey, dict[int, None]] = {}
         for i, key in enumerate(self.keys):
             if self.ready[i]:
                 self.classes.setdefault(key, {})[i] = None
-        self._start_pass()
-        if replay:
-            self.consume_all(leases)
+
+    def refabric(self, ctx: ScoreContext) -> bool:
+        """Score with ``ctx`` from now on, its fabric model included: a new leaf tracker
+        loaded from the counts as they are, and every node re-keyed (what a fresh build
+        with ``ctx`` would hold). False, and nothing changed, when the new model's leaf
+        flags depend on the order leases were taken in (only a build replays them)."""
+        leaves = (LeafTracker(ctx.fabric, self.names)
+                  if ctx.fabric and self.policy.uses_fabric else None)
+        if leaves is not None and not leaves.history_free():
+            return False
+        self.ctx, self.leaves = ctx, leaves
+        self._load_leaves()
+        self._key_all()
+        return True
 
     def _start_pass(self) -> None:
         """What one pass builds up and the next must not see: the change log, the heaps

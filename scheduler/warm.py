@@ -8,11 +8,13 @@ ones taken, through the state's own ``consume`` (keys, equivalence classes and l
 follow as they do inside a pass). Each pass gets a ``fork`` of it, so nothing a pass
 does (placements, holds, drains) reaches the next one.
 
+A new fabric model (a policy that scores leaves: the drained and kept leaves follow the
+running gangs' end times, so it changes with most leases while gangs run) keeps the
+counts and redoes only the leaf flags and the node keys (``ClusterState.refabric``).
 It is rebuilt from the snapshot, never trusted, when anything else changed: another
-node list or node (state, GPUs), another policy, another fabric model for a policy
-that scores leaves (the leaf flags the keys carry depend on it), leaf flags that
-depend on the order leases were taken in (``LeafTracker.history_free``), or a
-difference larger than a rebuild. A fork equals a
+node list or node (state, GPUs), another policy, leaf flags that depend on the order
+leases were taken in (``LeafTracker.history_free``), or a difference larger than a
+rebuild. A fork equals a
 fresh build in every count, key and flag (tests/scheduler/test_warm.py).
 """
 
@@ -38,6 +40,7 @@ class WarmStats:
     reused: int = 0
     rebuilt: int = 0
     applied: int = 0  # leases given back or taken while bringing a base up to date
+    refabricked: int = 0  # reused with a new fabric model: leaf flags and keys redone
 
 
 class WarmBase:
@@ -80,7 +83,6 @@ class WarmBase:
               ctx: ScoreContext, leases: dict[str, Lease]) -> bool:
         """Whether ``base`` can be brought up to ``leases``; if so, bring it."""
         if (base.policy is not policy or not _same_nodes(base.nodes, nodes)
-                or (policy.uses_fabric and base.ctx.fabric != ctx.fabric)
                 or not _history_free(base)):
             return False
         old = self._leases
@@ -90,6 +92,10 @@ class WarmBase:
             return False
         base.consume_all(gone, -1)
         base.consume_all(new)
+        if policy.uses_fabric and base.ctx.fabric != ctx.fabric:
+            if not base.refabric(ctx):
+                return False
+            self.stats.refabricked += 1
         base.changes.clear()  # the base never places: nothing reads its change log
         self.stats.applied += len(gone) + len(new)
         return True
