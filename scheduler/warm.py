@@ -14,8 +14,8 @@ counts and redoes only the leaf flags and the node keys (``ClusterState.refabric
 It is rebuilt from the snapshot, never trusted, when anything else changed: another
 node list or node (state, GPUs), another policy, leaf flags that depend on the order
 leases were taken in (``LeafTracker.history_free``), or a difference larger than a
-rebuild. A fork equals a
-fresh build in every count, key and flag (tests/scheduler/test_warm.py).
+rebuild. A fork equals a fresh build in every count, key and flag
+(tests/scheduler/test_warm.py).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class WarmStats:
 
 
 class WarmBase:
-    """One per process; safe to share between threads (one pass forks at a time)."""
+    """One per process; safe to share between threads (one call brings the base up to
+    date and forks it at a time; the fork is the caller's alone)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
