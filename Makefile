@@ -58,6 +58,13 @@ bench-fabric-sweep: $(STAMP)
 	$(PY) -m scheduler.bench fabric --seeds 42 43 44 45 46 47 48 49 50 51 \
 	  --loads 0.8 0.9 0.95 --procs $(PROCS)
 
+# The same seeds with the reference rows (ADR 0176): each policy without leaf requirements,
+# the workload on one bin of GPUs, and that bin keeping 64 / 128 GPUs for gangs.
+.PHONY: bench-fabric-references
+bench-fabric-references: $(STAMP)
+	$(PY) -m scheduler.bench fabric --seeds 42 43 44 45 46 47 48 49 50 51 \
+	  --loads 0.9 0.95 --procs $(PROCS) --reference no-leaf fluid --fluid-headroom 0 64 128
+
 bench-replay: $(STAMP)
 	$(PY) -m scheduler.replay snapshot --nodes $(TRACES)/openb_node_list_gpu_node.csv \
 	  --pods $(TRACES)/openb_pod_list_default.csv --tune 1.3 --seed 42 --out report.json

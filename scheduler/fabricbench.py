@@ -22,15 +22,23 @@ that end by its reserved start may use them (backfill).
 Printed per fabric, policies side by side: time-weighted GPU allocation and leaf
 fragmentation (share of free GPUs that sit in leaves unable to host the median gang),
 both from the arrival of the first fifth of the jobs (warm-up) to the last arrival; gang
-wait p50/p95 (s); share of gangs placed under one leaf; jobs never placed; jobs refused
-at the door because they can never fit the fabric (``never_fits``).
+wait p50/p95 (s); the wait of the other orders (fractional and single-node: what a
+policy that favours gangs costs them); share of gangs placed under one leaf; jobs never
+placed; jobs refused at the door because they can never fit the fabric (``never_fits``).
+
+``--reference`` adds rows that are not policies but bounds on what placement can do:
+``no-leaf`` replays each policy with every gang's leaf requirement dropped (a gang may
+take any nodes: no leaf fragmentation can hold it back), ``fluid`` runs the workload on
+one bin of the fabric's GPUs (:mod:`scheduler.fluidpool`: no nodes, no leaves at all).
 """
 
 from __future__ import annotations
 
 import csv
+import dataclasses
 import heapq
 import random
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +50,7 @@ from scheduler.context import score_context
 from scheduler.fabric import KEEP_LEAVES, FabricModel, LeafTracker, drain_leaves, typical_gang
 from scheduler.fabrics import fat_tree_2tier, fat_tree_3tier, superpod
 from scheduler.feasibility import never_fits
+from scheduler.fluidpool import simulate_fluid
 from scheduler.gangwait import BUCKETS, NEVER, Moment, WaitCauses
 from scheduler.model import (
     MILLI,
@@ -60,6 +69,8 @@ from scheduler.reserve import plan_reserve
 from scheduler.scores import ScoreContext
 
 RETRY_WINDOW = 128
+REFERENCES = ("no-leaf", "fluid")  # rows that bound what placement can do (--reference)
+NO_LEAF = " no-leaf"  # suffix of a policy's row replayed without leaf requirements
 FIELDS = ("id", "arrival_s", "duration_s", "kind", "gpus", "gpu_milli", "nodes",
           "leaf_required", "tenant")
 
@@ -175,6 +186,7 @@ class _Sim:
         self.waiting: list[Job] = []
         self.running: dict[str, tuple[tuple[NodeAllocation, ...], Job]] = {}
         self.gang_waits: list[float] = []
+        self.other_waits: list[float] = []  # fractional and single-node orders
         self.gang_wait_of: dict[str, float] = {}
         self.gangs_local = 0
         self.area = self.frag_area = 0.0
@@ -232,6 +244,8 @@ class _Sim:
             self.gang_waits.append(float(t - job.arrival))
             self.gang_wait_of[job.id] = float(t - job.arrival)
             self.gangs_local += found.hops == 0
+        else:
+            self.other_waits.append(float(t - job.arrival))
         return True
 
     def depart(self, job_id: str) -> None:
@@ -339,6 +353,9 @@ def simulate(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job], pol
         "gang_wait_p50_s": percentile(sim.gang_waits, 50),
         "gang_wait_p95_s": percentile(sim.gang_waits, 95),
         "gang_wait_mean_s": round(sum(sim.gang_waits) / max(len(sim.gang_waits), 1), 1),
+        "other_wait_mean_s": round(statistics.fmean(sim.other_waits), 1)
+        if sim.other_waits else 0.0,
+        "other_wait_p95_s": percentile(sim.other_waits, 95),
         "gangs_one_leaf_pct": round(100 * sim.gangs_local / max(len(sim.gang_waits), 1), 1),
         "leaf_frag_pct": round(100 * sim.frag_area / span, 2),
         "gangs": gangs,
@@ -349,9 +366,31 @@ def simulate(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job], pol
     }
 
 
+def without_leaf_requirement(jobs: Sequence[Job]) -> list[Job]:
+    """The same jobs with every gang's leaf requirement dropped (``no-leaf`` rows)."""
+    return [dataclasses.replace(j, leaf_required=False) for j in jobs]
+
+
+def fluid_row(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job],
+              headroom_gpus: int = 0) -> dict[str, Any]:
+    """The ``fluid`` reference row: the jobs the simulator would admit, on one bin of the
+    fabric's GPUs (orders that are not gangs may not take the last ``headroom_gpus``);
+    the columns that need nodes or leaves read ``-``."""
+    hardware = Snapshot(tuple(nodes), topology)
+    fits = [j for j in jobs if never_fits(j.request(), hardware) is None]
+    row: dict[str, Any] = dict.fromkeys(COLUMNS, "-")
+    row.update(simulate_fluid(fits, sum(len(n.gpus) for n in nodes), headroom_gpus))
+    name = f"fluid headroom {headroom_gpus}" if headroom_gpus else "fluid"
+    row.update(policy=name, refused=len(jobs) - len(fits),
+               gangs=sum(1 for j in fits if j.kind == "gang"))
+    return row
+
+
 def run(policies: Sequence[str], jobs_n: int, seed: int, load: float,
         workload_csv: str | None, csv_out: str | None,
-        only: Sequence[str] | None = None) -> list[tuple[str, list[dict[str, Any]]]]:
+        only: Sequence[str] | None = None,
+        references: Sequence[str] = (), fluid_headroom: Sequence[int] = (0,),
+        ) -> list[tuple[str, list[dict[str, Any]]]]:
     out = []
     for name, (nodes, topo) in fabrics().items():
         if only and name not in only:
@@ -361,11 +400,20 @@ def run(policies: Sequence[str], jobs_n: int, seed: int, load: float,
         if csv_out:
             write_csv(csv_out, jobs)
         ctx = context(nodes, topo, jobs)
-        out.append((name, [simulate(nodes, topo, jobs, p, ctx) for p in policies]))
+        rows = [simulate(nodes, topo, jobs, p, ctx) for p in policies]
+        if "no-leaf" in references:
+            relaxed = without_leaf_requirement(jobs)
+            relaxed_ctx = context(nodes, topo, relaxed)
+            rows += [{**simulate(nodes, topo, relaxed, p, relaxed_ctx), "policy": p + NO_LEAF}
+                     for p in policies]
+        if "fluid" in references:
+            rows += [fluid_row(nodes, topo, jobs, gpus_kept) for gpus_kept in fluid_headroom]
+        out.append((name, rows))
     return out
 
 
 COLUMNS = ("alloc_pct", "gang_wait_mean_s", "gang_wait_p50_s", "gang_wait_p95_s",
+           "other_wait_mean_s", "other_wait_p95_s",
            "gangs_one_leaf_pct", "leaf_frag_pct", "never_placed", "refused",
            *(f"wait_{b}_pct" for b in BUCKETS), *(f"tail_{b}_pct" for b in BUCKETS))
 
@@ -376,9 +424,9 @@ def render(results: Sequence[tuple[str, list[dict[str, Any]]]]) -> str:
         lines.append(f"== {fabric} ({rows[0]['gangs']} gangs)")
         names = [f"{r['policy']} (today)" if r["policy"] == "fgd+" else r["policy"]
                  for r in rows]
-        lines.append(f"{'metric':<20}" + "".join(f"{n:>17}" for n in names))
+        lines.append(f"{'metric':<20}" + "".join(f"{n:>21}" for n in names))
         for col in COLUMNS:
-            lines.append(f"{col:<20}" + "".join(f"{r[col]:>17}" for r in rows))
+            lines.append(f"{col:<20}" + "".join(f"{r[col]:>21}" for r in rows))
     return "\n".join(lines)
 
 
@@ -400,14 +448,22 @@ def main(argv: Sequence[str]) -> int:
                         help="sweep these seeds (and --loads) and print the summary table")
     parser.add_argument("--loads", nargs="+", type=float)
     parser.add_argument("--procs", type=int, default=1, help="sweep processes")
+    parser.add_argument("--reference", nargs="+", choices=REFERENCES, default=[],
+                        help="add bound rows: each policy without leaf requirements "
+                             "(no-leaf), the workload on one bin of GPUs (fluid)")
+    parser.add_argument("--fluid-headroom", nargs="+", type=int, default=[0],
+                        metavar="GPUS", help="fluid rows where orders that are not gangs "
+                        "may not take the last GPUS free GPUs (one row per value)")
     args = parser.parse_args(argv)
     if args.seeds or args.loads:
         from scheduler.fabricsweep import per_seed, summary, sweep
 
         rows = sweep(args.policies, args.jobs, args.seeds or [args.seed],
-                     args.loads or [args.load], args.fabrics or sorted(fabrics()), args.procs)
+                     args.loads or [args.load], args.fabrics or sorted(fabrics()), args.procs,
+                     args.reference, args.fluid_headroom)
         print(per_seed(rows), summary(rows), sep="\n\n", flush=True)
         return 0
     print(render(run(args.policies, args.jobs, args.seed, args.load, args.workload,
-                     args.csv, args.fabrics)), flush=True)
+                     args.csv, args.fabrics, args.reference, args.fluid_headroom)),
+          flush=True)
     return 0

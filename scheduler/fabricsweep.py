@@ -11,6 +11,7 @@ gang wait-seconds).
 
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 from collections.abc import Sequence
@@ -23,17 +24,23 @@ Row = dict[str, Any]
 BASELINE = "fgd+"
 
 
-def _one(task: tuple[tuple[str, ...], int, int, float, str]) -> list[Row]:
+Task = tuple[tuple[str, ...], int, int, float, str, tuple[str, ...], tuple[int, ...]]
+
+
+def _one(task: Task) -> list[Row]:
     from scheduler.fabricbench import run
 
-    policies, jobs, seed, load, fabric = task
-    rows = run(policies, jobs, seed, load, None, None, [fabric])[0][1]
+    policies, jobs, seed, load, fabric, references, headroom = task
+    rows = run(policies, jobs, seed, load, None, None, [fabric], references, headroom)[0][1]
     return [{**r, "seed": seed, "load": load, "fabric": fabric} for r in rows]
 
 
 def sweep(policies: Sequence[str], jobs: int, seeds: Sequence[int], loads: Sequence[float],
-          fabrics: Sequence[str], procs: int = 1) -> list[Row]:
-    tasks = [(tuple(policies), jobs, s, ld, f) for ld in loads for f in fabrics for s in seeds]
+          fabrics: Sequence[str], procs: int = 1, references: Sequence[str] = (),
+          fluid_headroom: Sequence[int] = (0,)) -> list[Row]:
+    tasks: list[Task] = [(tuple(policies), jobs, s, ld, f, tuple(references),
+                          tuple(fluid_headroom))
+                         for ld in loads for f in fabrics for s in seeds]
     out: list[Row] = []
     if procs <= 1:
         for t in tasks:
@@ -63,7 +70,8 @@ def _halved(rows: Sequence[Row], policy: str) -> str:
 
 def summary(rows: Sequence[Row]) -> str:
     head = (f"{'load':>5} {'fabric':<7} {'policy':<18} {'seeds':>5} {'alloc%':>7} "
-            f"{'wait mean':>9} {'p95 mean':>9} {'p95 med':>8} {'halved':>6} {'leaffrag%':>9} "
+            f"{'wait mean':>9} {'p95 mean':>9} {'p95 med':>8} {'halved':>6} "
+            f"{'others mean':>11} {'others p95':>10} {'leaffrag%':>9} "
             + " ".join(f"{b:>9}" for b in BUCKETS))
     lines = [head, "-" * len(head)]
     cells = sorted({(r["load"], r["fabric"]) for r in rows})
@@ -73,7 +81,12 @@ def summary(rows: Sequence[Row]) -> str:
             mine = [r for r in cell if r["policy"] == policy]
 
             def mean(col: str, rs: Sequence[Row] = mine) -> float:
-                return statistics.fmean(float(r[col]) for r in rs)
+                """Mean over the seeds; NaN (printed ``nan``) for a column the row
+                does not have (the fluid reference has no leaves)."""
+                values = [r[col] for r in rs]
+                if any(isinstance(v, str) for v in values):
+                    return math.nan
+                return statistics.fmean(float(v) for v in values)
 
             name = f"{policy} (today)" if policy == BASELINE else policy
             p95s = [float(r["gang_wait_p95_s"]) for r in mine]
@@ -82,6 +95,7 @@ def summary(rows: Sequence[Row]) -> str:
                 f"{mean('gang_wait_mean_s'):>9.0f} {statistics.fmean(p95s):>9.0f} "
                 f"{statistics.median(p95s):>8.0f} "
                 f"{'-' if policy == BASELINE else _halved(cell, policy):>6} "
+                f"{mean('other_wait_mean_s'):>11.0f} {mean('other_wait_p95_s'):>10.0f} "
                 f"{mean('leaf_frag_pct'):>9.2f} "
                 + " ".join(f"{mean(f'wait_{b}_pct'):>9.1f}" for b in BUCKETS))
     return "\n".join(lines)

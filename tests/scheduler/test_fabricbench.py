@@ -91,7 +91,8 @@ def test_sweep_summary_counts_halved_seeds():
 
     def row(policy, seed, p95):
         return {"policy": policy, "seed": seed, "load": 0.9, "fabric": "rail",
-                "gang_wait_p95_s": p95, "gang_wait_mean_s": 1.0, "alloc_pct": 80.0,
+                "gang_wait_p95_s": p95, "gang_wait_mean_s": 1.0, "other_wait_mean_s": 2.0,
+                "other_wait_p95_s": 3.0, "alloc_pct": 80.0,
                 "leaf_frag_pct": 10.0, **{f"wait_{b}_pct": 25.0 for b in
                                           ("capacity", "overtaken", "leaf_frag",
                                            "node_frag")}}
