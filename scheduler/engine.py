@@ -18,7 +18,12 @@ from scheduler.fairshare import decayed_usage, order_queue
 from scheduler.model import Lease, Locality, Request, Snapshot
 from scheduler.nodestate import Shape
 from scheduler.policy import get_policy
-from scheduler.preempt import CandidateIndex, find_with_victims, reclaimable
+from scheduler.preempt import (
+    CandidateIndex,
+    find_with_victims,
+    reclaimable,
+    restore_victims,
+)
 from scheduler.quota import Admission, QuotaLedger
 from scheduler.reservation import plan_hold
 from scheduler.reserve import plan_reserve
@@ -109,7 +114,10 @@ class _Pass:
                 return None
             blocked = self.base.blocked_for(req.id, req.end, req.nodes)
             if any(c.node in blocked for c in pre.found.choices):
-                return None  # preempting there would delay the gang holding the nodes
+                # Preempting there would delay the gang holding the nodes: the victims
+                # keep running, so the pass must count their resources again.
+                restore_victims(self.base, pre.victims)
+                return None
             found, victims, shape = pre.found, pre.victims, pshape
             for v in victims:
                 self.active.pop(v.id, None)

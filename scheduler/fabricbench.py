@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from scheduler.attempt import commit, find, shape_of
+from scheduler.attempt import Found, commit, find, shape_of
 from scheduler.cluster import ClusterState
 from scheduler.context import score_context
 from scheduler.fabric import KEEP_LEAVES, FabricModel, LeafTracker, drain_leaves, typical_gang
@@ -54,15 +54,19 @@ from scheduler.fluidpool import simulate_fluid
 from scheduler.gangwait import BUCKETS, NEVER, Moment, WaitCauses
 from scheduler.model import (
     MILLI,
+    Lease,
     Locality,
     LocalityLevel,
     Node,
     NodeAllocation,
+    PriorityClass,
     Request,
     Snapshot,
     Topology,
 )
+from scheduler.nodestate import Shape
 from scheduler.policy import get_policy
+from scheduler.preempt import find_with_victims, restore_victims
 from scheduler.replay.snapshot import percentile
 from scheduler.reservation import plan_hold
 from scheduler.reserve import plan_reserve
@@ -72,7 +76,7 @@ RETRY_WINDOW = 128
 REFERENCES = ("no-leaf", "fluid")  # rows that bound what placement can do (--reference)
 NO_LEAF = " no-leaf"  # suffix of a policy's row replayed without leaf requirements
 FIELDS = ("id", "arrival_s", "duration_s", "kind", "gpus", "gpu_milli", "nodes",
-          "leaf_required", "tenant")
+          "leaf_required", "tenant", "spot")
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,7 @@ class Job:
     nodes: int
     leaf_required: bool
     tenant: str
+    spot: bool = False  # preemptible (--spot): any other order may reclaim it
 
     @property
     def milli(self) -> int:
@@ -96,7 +101,8 @@ class Job:
         loc = Locality(LocalityLevel.LEAF, self.leaf_required) if self.nodes > 1 else None
         return Request(self.id, self.tenant, gpus=self.gpus, gpu_milli=self.gpu_milli,
                        nodes=self.nodes, locality=loc, start=at,
-                       end=at + max(1, self.duration))
+                       end=at + max(1, self.duration),
+                       priority=PriorityClass.SPOT if self.spot else PriorityClass.ON_DEMAND)
 
 
 def fabrics() -> dict[str, tuple[tuple[Node, ...], Topology]]:
@@ -125,8 +131,11 @@ def _exp(rng: random.Random, mean: float) -> int:
     return max(60, int(rng.expovariate(1 / mean)))
 
 
-def workload(seed: int, jobs: int, capacity_gpus: int, load: float) -> list[Job]:
-    """Seeded jobs whose offered GPU-seconds per second are ``load`` × capacity."""
+def workload(seed: int, jobs: int, capacity_gpus: int, load: float,
+             spot: float = 0.0) -> list[Job]:
+    """Seeded jobs whose offered GPU-seconds per second are ``load`` × capacity; a share
+    ``spot`` of the fractional and single-node jobs is spot (drawn from a generator of
+    its own, so every share keeps the same arrivals, sizes and durations)."""
     rng = random.Random(seed)
     drafts = [_draw(rng, i, 0) for i in range(jobs)]
     mean_work = sum(j.milli / MILLI * j.duration for j in drafts) / jobs
@@ -137,6 +146,10 @@ def workload(seed: int, jobs: int, capacity_gpus: int, load: float) -> list[Job]
         t += rng.expovariate(rate)
         out.append(Job(job.id, int(t), job.duration, job.kind, job.gpus, job.gpu_milli,
                        job.nodes, job.leaf_required, job.tenant))
+    if spot > 0:
+        marks = random.Random(f"spot-{seed}")
+        out = [dataclasses.replace(j, spot=marks.random() < spot) if j.kind != "gang" else j
+               for j in out]
     return out
 
 
@@ -146,14 +159,15 @@ def write_csv(path: str | Path, jobs: Sequence[Job]) -> None:
         w.writerow(FIELDS)
         for j in jobs:
             w.writerow((j.id, j.arrival, j.duration, j.kind, j.gpus, j.gpu_milli, j.nodes,
-                        int(j.leaf_required), j.tenant))
+                        int(j.leaf_required), j.tenant, int(j.spot)))
 
 
 def read_csv(path: str | Path) -> list[Job]:
     with open(path, newline="") as fh:
         return [Job(r["id"], int(r["arrival_s"]), int(r["duration_s"]), r["kind"],
                     int(r["gpus"]), int(r["gpu_milli"]), int(r["nodes"]),
-                    r["leaf_required"] == "1", r["tenant"]) for r in csv.DictReader(fh)]
+                    r["leaf_required"] == "1", r["tenant"], r.get("spot", "0") == "1")
+                for r in csv.DictReader(fh)]
 
 
 def context(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job]) -> ScoreContext:
@@ -187,6 +201,10 @@ class _Sim:
         self.running: dict[str, tuple[tuple[NodeAllocation, ...], Job]] = {}
         self.gang_waits: list[float] = []
         self.other_waits: list[float] = []  # fractional and single-node orders
+        self.spot: dict[str, Lease] = {}  # running spot jobs, as leases (reclaimable)
+        self.started: dict[str, int] = {}
+        self.requeued: list[Job] = []  # preempted spot jobs, back in the queue next event
+        self.preemptions = 0
         self.gang_wait_of: dict[str, float] = {}
         self.gangs_local = 0
         self.area = self.frag_area = 0.0
@@ -231,10 +249,21 @@ class _Sim:
         req = job.request(t)
         shape = shape_of(req)
         found = find(self.state, req, shape, self.topology)
+        if found is None and not job.spot and self.spot:
+            found = self.reclaim(req, shape, t)
         if found is None:
             return False
-        parts = commit(self.state, shape, found)
+        self.start(job, commit(self.state, shape, found), t, found.hops == 0)
+        return True
+
+    def start(self, job: Job, parts: tuple[NodeAllocation, ...], t: int,
+              local: bool = True) -> None:
+        """Book a job started at ``t`` on ``parts`` (already taken in the state)."""
         self.running[job.id] = (parts, job)
+        self.started[job.id] = t
+        if job.spot:
+            self.spot[job.id] = Lease(job.id, _holder(job), PriorityClass.SPOT, parts, t,
+                                      t + job.duration)
         for part in parts:
             self.on_node[part.node][job.id] = self.rank.get(job.id, 0)
             self.free_at[part.node] = max(self.free_at.get(part.node, 0.0),
@@ -243,15 +272,47 @@ class _Sim:
         if job.kind == "gang":
             self.gang_waits.append(float(t - job.arrival))
             self.gang_wait_of[job.id] = float(t - job.arrival)
-            self.gangs_local += found.hops == 0
+            self.gangs_local += local
         else:
             self.other_waits.append(float(t - job.arrival))
-        return True
+
+    def reclaim(self, req: Request, shape: Shape, t: int) -> Found | None:
+        """A placement after preempting running spot jobs, as a pass would (the core's
+        ``find_with_victims``; not on nodes a hold or reserve keeps from the request).
+        Each victim goes back to the queue with the rest of its duration."""
+        pre = find_with_victims(self.state, req, shape, self.topology,
+                                list(self.spot.values()))
+        if pre is None:
+            return None
+        blocked = self.state.blocked_for(req.id, req.end, req.nodes)
+        if any(c.node in blocked for c in pre.found.choices):
+            restore_victims(self.state, pre.victims)  # found, not carried out
+            return None
+        for victim in pre.victims:  # the search released them in the state already
+            _, job = self.running[victim.id]
+            left = self.started[victim.id] + job.duration - t
+            self.forget(victim.id)
+            self.preemptions += 1
+            again = dataclasses.replace(job, id=f"{job.id}~{self.preemptions}", arrival=t,
+                                        duration=max(1, left))
+            self.rank[again.id] = len(self.rank)
+            self.requeued.append(again)
+        return pre.found
 
     def depart(self, job_id: str) -> None:
+        """A job ends (a departure of a job preempted earlier is ignored)."""
+        if job_id not in self.running:
+            return
+        for part in self.running[job_id][0]:
+            self.state.release(part, _holder(self.running[job_id][1]))
+        self.forget(job_id)
+
+    def forget(self, job_id: str) -> None:
+        """Drop a job from the books (its resources are released by the caller)."""
         parts, job = self.running.pop(job_id)
+        self.spot.pop(job_id, None)
+        self.started.pop(job_id, None)
         for part in parts:
-            self.state.release(part, job.tenant if job.gpu_milli < MILLI else "")
             self.on_node[part.node].pop(job_id, None)
         self.allocated -= job.milli
 
@@ -301,9 +362,11 @@ class _Sim:
                                                j.leaf_required)) for j in gangs]
 
     def retry(self, t: int) -> list[Job]:
+        """Try the first ``RETRY_WINDOW`` waiting jobs, spot ones after the others (as a
+        pass orders its queue by priority class), each class in arrival order."""
         placed: list[Job] = []
         keep: list[Job] = []
-        waiting = self.waiting
+        waiting = self.waiting = sorted(self.waiting, key=lambda j: j.spot)
         for k, job in enumerate(waiting):
             if k < RETRY_WINDOW and self.try_place(job, t):
                 placed.append(job)
@@ -314,8 +377,15 @@ class _Sim:
                     self.plan(t)
             else:
                 keep.append(job)
-        self.waiting = keep
+        self.waiting = keep + self.requeued
+        self.requeued = []
         return placed
+
+
+def _holder(job: Job) -> str:
+    """Whom the working state records as holding the job's GPUs: the tenant for a
+    fraction (tenancy of shared GPUs), nobody for whole GPUs (as ``shape_of``)."""
+    return job.tenant if job.gpu_milli < MILLI else ""
 
 
 def simulate(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job], policy: str,
@@ -360,6 +430,7 @@ def simulate(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job], pol
         "leaf_frag_pct": round(100 * sim.frag_area / span, 2),
         "gangs": gangs,
         "never_placed": len(sim.waiting),
+        "preempted": sim.preemptions,  # spot jobs sent back to the queue (--spot)
         "refused": len(refused),  # can never fit this fabric (scheduler.never_fits)
         **{f"wait_{b}_pct": why[b] for b in BUCKETS},
         **{f"tail_{b}_pct": why_tail[b] for b in BUCKETS},
@@ -386,17 +457,28 @@ def fluid_row(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job],
     return row
 
 
+@dataclass(frozen=True)
+class Extras:
+    """What a run adds to the plain comparison: reference rows (``REFERENCES``), the fluid
+    rows' headroom for gangs (GPUs, one row each) and the spot share of the workload."""
+
+    references: tuple[str, ...] = ()
+    fluid_headroom: tuple[int, ...] = (0,)
+    spot: float = 0.0
+
+
 def run(policies: Sequence[str], jobs_n: int, seed: int, load: float,
         workload_csv: str | None, csv_out: str | None,
         only: Sequence[str] | None = None,
-        references: Sequence[str] = (), fluid_headroom: Sequence[int] = (0,),
-        ) -> list[tuple[str, list[dict[str, Any]]]]:
+        extras: Extras = Extras()) -> list[tuple[str, list[dict[str, Any]]]]:
+    references = extras.references
     out = []
     for name, (nodes, topo) in fabrics().items():
         if only and name not in only:
             continue
         gpus = sum(len(n.gpus) for n in nodes)
-        jobs = read_csv(workload_csv) if workload_csv else workload(seed, jobs_n, gpus, load)
+        jobs = (read_csv(workload_csv) if workload_csv
+                else workload(seed, jobs_n, gpus, load, extras.spot))
         if csv_out:
             write_csv(csv_out, jobs)
         ctx = context(nodes, topo, jobs)
@@ -407,14 +489,14 @@ def run(policies: Sequence[str], jobs_n: int, seed: int, load: float,
             rows += [{**simulate(nodes, topo, relaxed, p, relaxed_ctx), "policy": p + NO_LEAF}
                      for p in policies]
         if "fluid" in references:
-            rows += [fluid_row(nodes, topo, jobs, gpus_kept) for gpus_kept in fluid_headroom]
+            rows += [fluid_row(nodes, topo, jobs, kept) for kept in extras.fluid_headroom]
         out.append((name, rows))
     return out
 
 
 COLUMNS = ("alloc_pct", "gang_wait_mean_s", "gang_wait_p50_s", "gang_wait_p95_s",
            "other_wait_mean_s", "other_wait_p95_s",
-           "gangs_one_leaf_pct", "leaf_frag_pct", "never_placed", "refused",
+           "gangs_one_leaf_pct", "leaf_frag_pct", "never_placed", "refused", "preempted",
            *(f"wait_{b}_pct" for b in BUCKETS), *(f"tail_{b}_pct" for b in BUCKETS))
 
 
@@ -454,16 +536,19 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--fluid-headroom", nargs="+", type=int, default=[0],
                         metavar="GPUS", help="fluid rows where orders that are not gangs "
                         "may not take the last GPUS free GPUs (one row per value)")
+    parser.add_argument("--spot", type=float, default=0.0, metavar="SHARE",
+                        help="share of the fractional and single-node jobs that are spot: "
+                        "any other job that does not fit may preempt them (they requeue)")
     args = parser.parse_args(argv)
+    extras = Extras(tuple(args.reference), tuple(args.fluid_headroom), args.spot)
     if args.seeds or args.loads:
         from scheduler.fabricsweep import per_seed, summary, sweep
 
         rows = sweep(args.policies, args.jobs, args.seeds or [args.seed],
                      args.loads or [args.load], args.fabrics or sorted(fabrics()), args.procs,
-                     args.reference, args.fluid_headroom)
+                     extras)
         print(per_seed(rows), summary(rows), sep="\n\n", flush=True)
         return 0
     print(render(run(args.policies, args.jobs, args.seed, args.load, args.workload,
-                     args.csv, args.fabrics, args.reference, args.fluid_headroom)),
-          flush=True)
+                     args.csv, args.fabrics, extras)), flush=True)
     return 0

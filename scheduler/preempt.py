@@ -11,7 +11,7 @@ free nodes and the ``GANG_VICTIM_NODES`` nodes needing the fewest victims.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.attempt import Found
@@ -169,7 +169,9 @@ def find_with_victims(
     candidates: Sequence[Lease], index: CandidateIndex | None = None,
 ) -> Preemption | None:
     """A placement that becomes possible after preempting some ``candidates``
-    (``index``, when given, must describe the same candidates per node)."""
+    (``index``, when given, must describe the same candidates per node). The victims
+    are released in ``state`` on return; a caller that then refuses the placement must
+    take them back (:func:`restore_victims`)."""
     if not candidates:
         return None
     if index is not None and request.nodes == 1:
@@ -237,10 +239,16 @@ def _finish(state: ClusterState, shape: Shape, choices: Sequence[Choice], hops: 
     for c in choices:
         ev = state.eval_node(c.node, shape)
         if ev is None:  # cannot happen: capacity only grew
-            for lease in unique.values():
-                for part in lease.parts:
-                    state.consume(part, tenant=lease.tenant)
+            restore_victims(state, unique.values())
             return None
         fresh.append(Choice(c.node, ev[0], ev[1]))
     found = Found(tuple(sorted(fresh, key=lambda c: c.node)), hops)
     return Preemption(found, tuple(sorted(unique.values(), key=lambda v: v.id)))
+
+
+def restore_victims(state: ClusterState, victims: Iterable[Lease]) -> None:
+    """Take the victims' resources back in ``state``: a preemption that is not carried
+    out (found by :func:`find_with_victims`, then refused) leaves them running."""
+    for lease in victims:
+        for part in lease.parts:
+            state.consume(part, tenant=lease.tenant)

@@ -1,5 +1,7 @@
 """``python -m scheduler.bench fabric``: seeded workload, CSV round trip, the table."""
 
+from dataclasses import replace
+
 from scheduler import bench, fabricbench
 from scheduler.fabrics import fat_tree_2tier
 from scheduler.model import NodeAllocation
@@ -100,3 +102,86 @@ def test_sweep_summary_counts_halved_seeds():
             row("x", 2, 80.0), row("fgd+", 3, 0.0), row("x", 3, 0.0)]
     table = summary(rows)
     assert "fgd+ (today)" in table and " 1/2 " in table
+
+
+def test_spot_share_marks_small_jobs_only_and_keeps_the_workload(tmp_path):
+    plain = fabricbench.workload(5, 2000, 4096, 0.9)
+    mixed = fabricbench.workload(5, 2000, 4096, 0.9, spot=0.5)
+    assert [(j.id, j.arrival, j.duration, j.nodes, j.gpus) for j in plain] == [
+        (j.id, j.arrival, j.duration, j.nodes, j.gpus) for j in mixed]
+    assert not any(j.spot for j in mixed if j.kind == "gang")
+    small = [j for j in mixed if j.kind != "gang"]
+    assert 0.45 < sum(j.spot for j in small) / len(small) < 0.55
+    path = tmp_path / "spot.csv"
+    fabricbench.write_csv(path, mixed)
+    assert fabricbench.read_csv(path) == mixed
+    # A CSV written before the spot column reads as on-demand work.
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
+    assert fabricbench.read_csv(path) == [replace(j, spot=False) for j in mixed]
+
+
+def _whole(node):
+    return (NodeAllocation(node, tuple((g, 1000) for g in range(8)), 0, 0),)
+
+
+def _spot_case():
+    """2 leaves × 2 nodes: leaf A has one idle node and one running a spot job (t=0 to
+    600), leaf B two nodes of on-demand work until t=1,000; a 2-node leaf gang arrives
+    at t=10 and fits only by preempting the spot job."""
+    nodes, topo = fat_tree_2tier(leaves=2, per_leaf=2, spines=1)
+    leaves = {}
+    for n in nodes:
+        leaves.setdefault(topo.leaf_of(n.name), []).append(n.name)
+    (a_idle, a_spot), b_nodes = sorted(leaves.values())
+    spot = fabricbench.Job("spot", 0, 600, "single", 8, 1000, 1, False, "t1", spot=True)
+    busy = [fabricbench.Job(f"od{k}", 0, 1000, "single", 8, 1000, 1, False, "t0")
+            for k in range(2)]
+    gang = fabricbench.Job("gang", 10, 100, "gang", 8, 1000, 2, True, "t2")
+    ctx = fabricbench.context(nodes, topo, [spot, *busy, gang])
+    sim = fabricbench._Sim(nodes, topo, "fgd+fabric", ctx, 2)
+    for job, node in ((spot, a_spot), *zip(busy, b_nodes)):
+        parts = _whole(node)
+        for part in parts:
+            sim.state.consume(part)
+        sim.start(job, parts, 0)
+    return sim, gang, (a_idle, a_spot)
+
+
+def test_a_gang_preempts_spot_work_and_the_victim_requeues_with_what_it_had_left():
+    sim, gang, leaf_a = _spot_case()
+    assert sim.try_place(gang, 10)
+    assert {p.node for p in sim.running["gang"][0]} == set(leaf_a)
+    assert sim.preemptions == 1
+    assert "spot" not in sim.running and "spot" not in sim.spot
+    (again,) = sim.requeued
+    assert again.arrival == 10 and again.duration == 590 and again.spot
+    assert sim.gang_wait_of["gang"] == 0.0
+    assert sim.allocated == 4 * 8 * 1000  # every node full: the gang's two, leaf B's two
+    assert sum(sum(f.values()) for f in sim.state.gpu_free) == 0  # nothing double-freed
+
+
+def test_spot_work_is_never_preempted_by_spot_work():
+    sim, gang, _ = _spot_case()
+    assert not sim.try_place(replace(gang, id="spotgang", spot=True), 10)
+    assert sim.preemptions == 0 and "spot" in sim.running
+
+
+def test_a_spot_run_preempts_requeues_and_places_every_job():
+    nodes, topo = fat_tree_2tier(leaves=4, per_leaf=4, spines=2)
+    jobs = [j for j in fabricbench.workload(2, 400, 128, 0.95, spot=0.6) if j.nodes <= 4]
+    ctx = fabricbench.context(nodes, topo, jobs)
+    row = fabricbench.simulate(nodes, topo, jobs, "fgd+fabric", ctx)
+    assert row["preempted"] > 0 and row["never_placed"] == 0
+
+
+def test_spot_jobs_are_retried_after_the_others():
+    nodes, topo = fat_tree_2tier(leaves=1, per_leaf=1, spines=1)
+    jobs = [fabricbench.Job("s", 0, 10, "single", 8, 1000, 1, False, "t0", spot=True),
+            fabricbench.Job("o", 1, 10, "single", 8, 1000, 1, False, "t0")]
+    ctx = fabricbench.context(nodes, topo, jobs)
+    sim = fabricbench._Sim(nodes, topo, "fgd+", ctx, 2)
+    sim.waiting = list(jobs)
+    placed = sim.retry(0)
+    assert [j.id for j in placed] == ["o"]
+    assert [j.id for j in sim.waiting] == ["s"]

@@ -147,3 +147,24 @@ def test_preemption_does_not_take_the_held_nodes_either():
     d = schedule_pass(s, [GANG, od], now=0, policy=HOLD_POLICY).by_id()["od"]
     assert isinstance(d, Unplaceable) and d.reason == Reason.RESERVED, d
     assert d.victims == ()
+
+
+def test_a_preemption_refused_by_the_hold_leaves_its_victims_running():
+    """Regression (found by the fabric benchmark's spot runs, ADR 0176): the pass released
+    the victims of a preemption in its working state and *then* refused the placement
+    because the chosen node was held; the victims' GPUs stayed free in the pass, so a
+    later request took them while the spot lease still ran there (double-booked)."""
+    spot = lease("spot", "n0000", list(range(8)), end=100, priority=PriorityClass.SPOT)
+    also_busy = lease("d", "n0001", list(range(8)), end=100)
+    s = waiting_gang_case((spot, also_busy))
+    x = req("x", gpus=8, start=0, end=10_000, submitted_at=1)  # takes n0103, off the hold
+    y = req("y", gpus=8, start=0, end=10_000, submitted_at=2)  # only by preempting n0000
+    z = req("z", gpus=8, start=0, end=50, submitted_at=3)  # ends by t=100: may backfill
+    by_id = schedule_pass(s, [GANG, x, y, z], now=0, policy=HOLD_POLICY).by_id()
+    assert by_id["x"].nodes == ("n0103",)
+    # Refused: n0103 went to x, and preempting on n0000 would delay the held gang.
+    assert isinstance(by_id["y"], Unplaceable) and by_id["y"].reason == Reason.PRIORITY
+    placed = by_id["z"]
+    assert isinstance(placed, Placement), placed
+    # On n0000 only by preempting the spot lease, never beside it.
+    assert placed.nodes == ("n0000",) and placed.victims == ("spot",)
