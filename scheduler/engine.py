@@ -18,12 +18,7 @@ from scheduler.fairshare import decayed_usage, order_queue
 from scheduler.model import Lease, Locality, Request, Snapshot
 from scheduler.nodestate import Shape
 from scheduler.policy import get_policy
-from scheduler.preempt import (
-    CandidateIndex,
-    find_with_victims,
-    reclaimable,
-    restore_victims,
-)
+from scheduler.preempt import CandidateIndex, find_with_victims, reclaimable
 from scheduler.quota import Admission, QuotaLedger
 from scheduler.reservation import plan_hold
 from scheduler.reserve import plan_reserve
@@ -110,13 +105,7 @@ class _Pass:
                 lambda leases: reclaimable(leases, req, guaranteed))
             pre = find_with_victims(self.base, req, pshape, self.snapshot.topology, cands,
                                     index)
-            if pre is None:
-                return None
-            blocked = self.base.blocked_for(req.id, req.end, req.nodes)
-            if any(c.node in blocked for c in pre.found.choices):
-                # Preempting there would delay the gang holding the nodes: the victims
-                # keep running, so the pass must count their resources again.
-                restore_victims(self.base, pre.victims)
+            if pre is None:  # also when only nodes held for a gang would do
                 return None
             found, victims, shape = pre.found, pre.victims, pshape
             for v in victims:

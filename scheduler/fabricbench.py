@@ -66,7 +66,7 @@ from scheduler.model import (
 )
 from scheduler.nodestate import Shape
 from scheduler.policy import get_policy
-from scheduler.preempt import find_with_victims, restore_victims
+from scheduler.preempt import find_with_victims
 from scheduler.replay.snapshot import percentile
 from scheduler.reservation import plan_hold
 from scheduler.reserve import plan_reserve
@@ -278,15 +278,11 @@ class _Sim:
 
     def reclaim(self, req: Request, shape: Shape, t: int) -> Found | None:
         """A placement after preempting running spot jobs, as a pass would (the core's
-        ``find_with_victims``; not on nodes a hold or reserve keeps from the request).
-        Each victim goes back to the queue with the rest of its duration."""
+        ``find_with_victims``, which keeps off nodes a hold or reserve keeps from the
+        request). Each victim goes back to the queue with the rest of its duration."""
         pre = find_with_victims(self.state, req, shape, self.topology,
                                 list(self.spot.values()))
         if pre is None:
-            return None
-        blocked = self.state.blocked_for(req.id, req.end, req.nodes)
-        if any(c.node in blocked for c in pre.found.choices):
-            restore_victims(self.state, pre.victims)  # found, not carried out
             return None
         for victim in pre.victims:  # the search released them in the state already
             _, job = self.running[victim.id]
@@ -467,10 +463,13 @@ class Extras:
     spot: float = 0.0
 
 
+NO_EXTRAS = Extras()
+
+
 def run(policies: Sequence[str], jobs_n: int, seed: int, load: float,
         workload_csv: str | None, csv_out: str | None,
         only: Sequence[str] | None = None,
-        extras: Extras = Extras()) -> list[tuple[str, list[dict[str, Any]]]]:
+        extras: Extras = NO_EXTRAS) -> list[tuple[str, list[dict[str, Any]]]]:
     references = extras.references
     out = []
     for name, (nodes, topo) in fabrics().items():

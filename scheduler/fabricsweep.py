@@ -16,34 +16,27 @@ import statistics
 import sys
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from scheduler.fabricbench import NO_EXTRAS, Extras, run
 from scheduler.gangwait import BUCKETS
-
-if TYPE_CHECKING:
-    from scheduler.fabricbench import Extras
 
 Row = dict[str, Any]
 BASELINE = "fgd+"
 
 
-Task = tuple[tuple[str, ...], int, int, float, str, "Extras"]
+Task = tuple[tuple[str, ...], int, int, float, str, Extras]
 
 
 def _one(task: Task) -> list[Row]:
-    from scheduler.fabricbench import run
-
     policies, jobs, seed, load, fabric, extras = task
     rows = run(policies, jobs, seed, load, None, None, [fabric], extras)[0][1]
     return [{**r, "seed": seed, "load": load, "fabric": fabric} for r in rows]
 
 
 def sweep(policies: Sequence[str], jobs: int, seeds: Sequence[int], loads: Sequence[float],
-          fabrics: Sequence[str], procs: int = 1, extras: Extras | None = None) -> list[Row]:
-    from scheduler.fabricbench import Extras
-
-    more = extras or Extras()
-    tasks: list[Task] = [(tuple(policies), jobs, s, ld, f, more)
+          fabrics: Sequence[str], procs: int = 1, extras: Extras = NO_EXTRAS) -> list[Row]:
+    tasks: list[Task] = [(tuple(policies), jobs, s, ld, f, extras)
                          for ld in loads for f in fabrics for s in seeds]
     out: list[Row] = []
     if procs <= 1:

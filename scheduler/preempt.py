@@ -11,7 +11,7 @@ free nodes and the ``GANG_VICTIM_NODES`` nodes needing the fewest victims.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.attempt import Found
@@ -169,16 +169,15 @@ def find_with_victims(
     candidates: Sequence[Lease], index: CandidateIndex | None = None,
 ) -> Preemption | None:
     """A placement that becomes possible after preempting some ``candidates``
-    (``index``, when given, must describe the same candidates per node). The victims
-    are released in ``state`` on return; a caller that then refuses the placement must
-    take them back (:func:`restore_victims`)."""
+    (``index``, when given, must describe the same candidates per node), never on nodes
+    the state keeps from the request; the victims are released in ``state`` on return."""
     if not candidates:
         return None
     if index is not None and request.nodes == 1:
         best = _best_single(state, state.shape_id(shape), shape, index)
         if best is None:
             return None
-        return _finish(state, shape, [best[4]], 0, best[3])
+        return _finish(state, request, shape, [best[4]], 0, best[3])
     if index is not None:
         bounded = _best_options(state, state.shape_id(shape), shape, index,
                                 GANG_VICTIM_NODES)
@@ -205,7 +204,7 @@ def find_with_victims(
         return None
     if request.nodes == 1:
         best = min(options, key=lambda o: (o[0], o[1], o[2]))
-        return _finish(state, shape, [best[4]], 0, best[3])
+        return _finish(state, request, shape, [best[4]], 0, best[3])
     return _gang(state, request, shape, topology, [(o[3], o[4]) for o in options])
 
 
@@ -225,12 +224,17 @@ def _gang(state: ClusterState, request: Request, shape: Shape, topology: Topolog
         return None
     choices, hops = picked
     victims = [v for c in choices for v in victims_of.get(c.node, [])]
-    return _finish(state, shape, choices, hops, victims)
+    return _finish(state, request, shape, choices, hops, victims)
 
 
-def _finish(state: ClusterState, shape: Shape, choices: Sequence[Choice], hops: int,
-            victims: Sequence[Lease]) -> Preemption | None:
-    """Release the victims for real and re-evaluate the chosen nodes."""
+def _finish(state: ClusterState, request: Request, shape: Shape, choices: Sequence[Choice],
+            hops: int, victims: Sequence[Lease]) -> Preemption | None:
+    """Release the victims for real and re-evaluate the chosen nodes; None, with nothing
+    released, when a chosen node is kept from the request (a hold or reserve: preempting
+    there would delay the gang it is kept for)."""
+    blocked = state.blocked_for(request.id, request.end, request.nodes)
+    if any(c.node in blocked for c in choices):
+        return None
     unique = {v.id: v for v in victims}
     for lease in unique.values():
         for part in lease.parts:
@@ -239,16 +243,11 @@ def _finish(state: ClusterState, shape: Shape, choices: Sequence[Choice], hops: 
     for c in choices:
         ev = state.eval_node(c.node, shape)
         if ev is None:  # cannot happen: capacity only grew
-            restore_victims(state, unique.values())
+            for lease in unique.values():
+                for part in lease.parts:
+                    state.consume(part, tenant=lease.tenant)
             return None
         fresh.append(Choice(c.node, ev[0], ev[1]))
     found = Found(tuple(sorted(fresh, key=lambda c: c.node)), hops)
     return Preemption(found, tuple(sorted(unique.values(), key=lambda v: v.id)))
 
-
-def restore_victims(state: ClusterState, victims: Iterable[Lease]) -> None:
-    """Take the victims' resources back in ``state``: a preemption that is not carried
-    out (found by :func:`find_with_victims`, then refused) leaves them running."""
-    for lease in victims:
-        for part in lease.parts:
-            state.consume(part, tenant=lease.tenant)
