@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import translation
 from django.utils.translation import gettext as _
 
-from portal.leasing import states
+from portal.leasing import hooks, states
 from portal.leasing.models import Lease
 from portal.tenants.models import Membership, Role
 
@@ -83,9 +83,15 @@ EMAIL_STATES = states.MAILED
 STATE_WORDS = states.WORDS
 
 
+def _announce(lease: Lease, event: str, data: dict[str, Any] | None = None) -> None:
+    hooks.announce_on_commit(event=event, tenant_id=lease.tenant_id, lease_id=lease.pk,
+                             state=lease.state, reason=lease.state_reason, data=data)
+
+
 def lease_changed(lease: Lease) -> None:
     group, message = tenant_group(lease.tenant_id), _payload(lease)
     state = lease.state
+    _announce(lease, f"lease.{state}")
     transaction.on_commit(lambda: _broadcast(group, message))
     if state in EMAIL_STATES:
         name, pk, reason = str(lease), lease.pk, lease.state_reason
@@ -104,6 +110,7 @@ def expiring(lease: Lease, minutes: int) -> None:
     group, message = tenant_group(lease.tenant_id), _payload(lease)
     message["event"]["warning"] = f"ends in {minutes} minutes"
     transaction.on_commit(lambda: _broadcast(group, message))
+    _announce(lease, "lease.expiring", {"minutes": minutes, "end_at": lease.end_at.isoformat()})
     words = {"lease": str(lease), "id": lease.pk, "minutes": minutes,
              "end": f"{lease.end_at:%Y-%m-%d %H:%M}"}
 
@@ -120,6 +127,7 @@ def preempting(lease: Lease, at: Any) -> None:
     group, message = tenant_group(lease.tenant_id), _payload(lease)
     message["event"]["warning"] = f"preempted at {at:%H:%M:%S} UTC"
     transaction.on_commit(lambda: _broadcast(group, message))
+    _announce(lease, "lease.notice", {"preempted_at": at.isoformat()})
     words = {"lease": str(lease), "id": lease.pk, "at": f"{at:%H:%M}",
              "when": f"{at:%Y-%m-%d %H:%M:%S}"}
 
