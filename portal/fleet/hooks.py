@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import datetime
 
 from django.db import DatabaseError, transaction
 
@@ -53,3 +54,23 @@ def gpus_quarantined(node_id: int, indexes: list[int]) -> None:
     is not swallowed: a lease must never be activated on a GPU found unclean)."""
     for callback in list(_quarantine_callbacks):
         callback(node_id, indexes)
+
+
+PartsFailed = Callable[[int, list[int] | None, str, datetime], None]
+_failed_callbacks: list[PartsFailed] = []
+
+
+def on_parts_failed(callback: PartsFailed) -> None:
+    """Register ``callback(node_id, gpu_indexes, cause, fault_at)``: hardware went out of
+    service (``gpu_indexes`` None: the whole node). Leasing fences it out of running
+    leases and finds replacements (``portal.leasing.lifecycle.healing``)."""
+    if callback not in _failed_callbacks:
+        _failed_callbacks.append(callback)
+
+
+def parts_failed(node_id: int, indexes: list[int] | None, cause: str,
+                 fault_at: datetime) -> None:
+    """Run every callback in the caller's transaction: the fence commits with the verdict
+    (a failed part must never stay granted because a callback was lost)."""
+    for callback in list(_failed_callbacks):
+        callback(node_id, indexes, cause, fault_at)

@@ -205,3 +205,16 @@ def enrolment_requests(*, pending_only: bool = True) -> Any:
     if pending_only:
         rows = rows.filter(state=EnrolmentRequest.State.PENDING)
     return rows.order_by("-created")
+
+
+def pending_validation(node: Node) -> Any:
+    """The validation run the node's agent is asked for now (the newest unfinished one)."""
+    from portal.fleet.models import NodeValidation
+
+    return NodeValidation.objects.filter(node=node, finished_at__isnull=True).first()
+
+
+def validation_entry(node: Node) -> dict[str, Any] | None:
+    """The desired document's ``validation`` value, or None when nothing is asked."""
+    run = pending_validation(node)
+    return None if run is None else {"id": run.request_id, "level": run.level}

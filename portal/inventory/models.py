@@ -60,6 +60,16 @@ class SwitchLink(models.Model):
         return f"{self.a}[{self.a_port}] <-> {self.b}[{self.b_port}]"
 
 
+class Service(models.TextChoices):
+    """Where a node or a GPU stands in its service lifecycle (``portal.fleet.lifecycle``:
+    the transition table; docs/fleet.md). Only ``in_service`` hardware is offered."""
+
+    IN_SERVICE = "in_service", "In service"
+    SUSPECT = "suspect", "Suspect"  # not offered to new leases; running ones keep it
+    OUT_OF_SERVICE = "out_of_service", "Out of service (repair)"  # fenced out of leases
+    VALIDATING = "validating", "Validating"  # repaired: proving itself before return
+
+
 class Node(models.Model):
     class State(models.TextChoices):
         READY = "ready", "Ready"
@@ -84,6 +94,10 @@ class Node(models.Model):
                   "shared only among leases of one tenant)")
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     agent_version = models.CharField(max_length=32, blank=True)
+    service = models.CharField(max_length=16, choices=Service.choices,
+                               default=Service.IN_SERVICE, db_index=True)
+    service_cause = models.CharField(max_length=300, blank=True)
+    service_since = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -115,6 +129,10 @@ class Gpu(models.Model):
     nvlink_domain = models.PositiveSmallIntegerField(
         null=True, blank=True, help_text="GPUs with the same number share NVLink; empty: none")
     health = models.CharField(max_length=16, choices=Health.choices, default=Health.HEALTHY)
+    service = models.CharField(max_length=16, choices=Service.choices,
+                               default=Service.IN_SERVICE, db_index=True)
+    service_cause = models.CharField(max_length=300, blank=True)
+    service_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["node", "index"]

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet
 
-from portal.inventory.models import Fabric, Gpu, Node, StorageEndpoint, Switch
+from portal.inventory.models import Fabric, Gpu, Node, Service, StorageEndpoint, Switch
 
 
 def node_list() -> QuerySet[Node]:
@@ -27,16 +27,20 @@ def fabric_list() -> QuerySet[Fabric]:
                                    node_count=Count("nodes", distinct=True)).order_by("name")
 
 
+# What may be offered: a ready node in service, a healthy GPU in service (fleet lifecycle).
+SCHEDULABLE = Q(node__state=Node.State.READY, node__service=Service.IN_SERVICE,
+                health=Gpu.Health.HEALTHY, service=Service.IN_SERVICE)
+
+
 def schedulable_gpus() -> QuerySet[Gpu]:
-    return Gpu.objects.filter(node__state=Node.State.READY, health=Gpu.Health.HEALTHY)
+    return Gpu.objects.filter(SCHEDULABLE)
 
 
 def capacity_by_model() -> list[dict[str, Any]]:
     """Per GPU model: installed GPUs, schedulable ones (ready node, healthy GPU), nodes."""
     rows = (Gpu.objects.values("model").annotate(
         gpus_total=Count("id"),
-        gpus_schedulable=Count("id", filter=Q(node__state=Node.State.READY,
-                                              health=Gpu.Health.HEALTHY)),
+        gpus_schedulable=Count("id", filter=SCHEDULABLE),
         nodes=Count("node", distinct=True),
     ).order_by("model"))
     return list(rows)

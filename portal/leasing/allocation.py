@@ -22,6 +22,7 @@ from django.db.models import Count
 import scheduler as core
 from portal.core import clock
 from portal.fleet import intervals
+from portal.fleet.lifecycle import OFFERED
 from portal.fleet.selectors import unreachable_node_ids
 from portal.inventory.models import Gpu, HcaPort, Node, SwitchLink
 from portal.leasing import schedcache, states, usage
@@ -84,22 +85,32 @@ WARM = core.WarmBase()
 def _recorded_nodes() -> tuple[tuple[core.Node, ...], dict[int, int],
                                dict[int, tuple[str, int]]]:
     rows = list(Node.objects.order_by("hostname").values_list(
-        "pk", "hostname", "cpu_milli", "memory_mib", "state", "shared_tenancy"))
+        "pk", "hostname", "cpu_milli", "memory_mib", "state", "shared_tenancy", "service"))
     hostname = {pk: name for pk, name, *_ in rows}
     gpus: dict[int, list[core.Gpu]] = defaultdict(list)
     gpu_at: dict[int, tuple[str, int]] = {}
-    for pk, node_id, index, model, memory, domain, health in Gpu.objects.order_by(
+    for pk, node_id, index, model, memory, domain, health, service in Gpu.objects.order_by(
             "node_id", "index").values_list("pk", "node_id", "index", "model", "memory_mib",
-                                            "nvlink_domain", "health"):
+                                            "nvlink_domain", "health", "service"):
         gpus[node_id].append(core.Gpu(index=index, model=model, memory_mib=memory,
                                       nvlink_domain=domain if domain is not None else 100 + index,
-                                      healthy=health == Gpu.Health.HEALTHY))
+                                      healthy=health == Gpu.Health.HEALTHY
+                                      and service in OFFERED))
         if node_id in hostname:
             gpu_at[pk] = (hostname[node_id], index)
     nodes = tuple(core.Node(name=name, cpu_milli=cpu, memory_mib=mem, gpus=tuple(gpus[pk]),
-                            state=NODE_STATE[state], shared_tenancy=shared)
-                  for pk, name, cpu, mem, state, shared in rows)
+                            state=_offered_state(state, service), shared_tenancy=shared)
+                  for pk, name, cpu, mem, state, shared, service in rows)
     return nodes, {row[0]: i for i, row in enumerate(rows)}, gpu_at
+
+
+def _offered_state(state: str, service: str) -> core.NodeState:
+    """A node out of the service lifecycle's ``in_service`` is not offered (cordoned):
+    its running leases keep what is still granted (``portal.fleet.lifecycle``)."""
+    mapped = NODE_STATE[state]
+    if service not in OFFERED and mapped == core.NodeState.READY:
+        return core.NodeState.CORDONED
+    return mapped
 
 
 def _read_topology() -> core.Topology:
@@ -343,3 +354,49 @@ def queue_positions(queue: list[Lease], now: datetime) -> dict[str, int]:
     order = core.queue_order(snap, [to_request(lease, now) for lease in queue],
                              int(now.timestamp()))
     return {request.id: place for place, request in enumerate(order, 1)}
+
+
+def replacement(lease: Lease, *, count: int, same_node: str | None,
+                leaves: frozenset[str] | None, exclude: frozenset[str],
+                now: datetime) -> core.Placement | None:
+    """Where ``count`` GPUs of a running lease that failed can go now, keeping its
+    placement promise: ``same_node`` (a GPU fault: a healthy GPU beside the others), or
+    one node outside ``exclude`` (the lease's nodes) under one of ``leaves`` (a
+    leaf-placed gang keeps its leaf; None: anywhere). The core decides on the snapshot of
+    now with every other node cordoned; None when nothing fits now."""
+    snap = snapshot()
+    topology = snap.topology
+
+    def candidate(node: core.Node) -> bool:
+        if same_node is not None:
+            return node.name == same_node
+        if node.name in exclude:
+            return False
+        return leaves is None or bool(set(_leaves_of(topology, node.name)) & leaves)
+
+    nodes = tuple(n if candidate(n) else replace(n, state=core.NodeState.CORDONED)
+                  for n in snap.nodes)
+    request = core.Request(
+        id=f"{lease.pk}:repair", tenant=lease.tenant.slug, priority=PRIORITY[lease.priority],
+        gpus=count, gpu_milli=lease.gpu_milli, models=frozenset({lease.gpu_model}), nodes=1,
+        locality=None, start=int(now.timestamp()), end=int(lease.end_at.timestamp()),
+        submitted_at=0)
+    result = core.quote(replace(snap, nodes=nodes), request, int(now.timestamp()))
+    placement = result.placement
+    if not result.placeable_now or placement is None or placement.start > now.timestamp() + 1:
+        return None
+    return placement
+
+
+def _leaves_of(topology: core.Topology, hostname: str) -> tuple[str, ...]:
+    attached = topology.attach.get(hostname)
+    if attached:
+        return attached
+    parent = topology.parent.get(hostname)
+    return (parent,) if parent else ()
+
+
+def lease_leaves(hostnames: Iterable[str]) -> frozenset[str]:
+    """The leaf switches the given nodes hang off (the cached topology)."""
+    topology = _topology()
+    return frozenset(leaf for h in hostnames for leaf in _leaves_of(topology, h))

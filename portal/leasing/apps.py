@@ -16,6 +16,9 @@ class LeasingConfig(AppConfig):
 
         hooks.on_node_converged(reconcile.node_converged)
         hooks.on_gpus_quarantined(releasing.gpus_quarantined)  # unclean GPU: move on
+        from portal.leasing.lifecycle import healing
+
+        hooks.on_parts_failed(healing.parts_failed)  # failed hardware leaves its leases
         # Access follows people (ADR 0102): who may log in changed -> push their nodes.
         access_changed.connect(access_push.push_tenants)
         storage_changed.connect(access_push.push_fabric)

@@ -72,6 +72,14 @@ class LeaseState(models.TextChoices):
     EXPIRED = "expired", "Expired"
 
 
+class Condition(models.TextChoices):
+    """A running lease's hardware condition (a sub-state of ACTIVE/NOTICE; '' = whole)."""
+
+    HEALTHY = "", "Healthy"
+    HEALING = "healing", "Healing"
+    DEGRADED = "degraded", "Degraded"
+
+
 # How a lease row is locked (``select_for_update(**LOCK)``): the lease row only, never the
 # rows joined by ``select_related`` (the tenant would be locked FOR UPDATE as well, which
 # serialised a tenant's every step and deadlocked against inserts referencing the tenant:
@@ -120,6 +128,13 @@ class Lease(models.Model):
                                     help_text="final state once released: ended/expired/…")
     warned_at = models.DateTimeField(null=True, blank=True)
     queue_boost = models.IntegerField(default=0, help_text="operator prioritisation")
+    condition = models.CharField(
+        max_length=16, choices=Condition.choices, blank=True, default="",
+        help_text="a running lease whose hardware failed: healing (a replacement is being "
+                  "applied) or degraded (none found; the tenant chooses)")
+    heal_targets = models.JSONField(default=dict, blank=True,
+                                    help_text="node id -> desired generation of the repair")
+    heal_deadline = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True, db_index=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -215,3 +230,49 @@ class IdempotencyKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant_id}:{self.key}"
+
+
+class LeaseFault(models.Model):
+    """Hardware of a running lease that failed: fenced out at once, replaced if it can be.
+
+    Billing stops for the failed GPUs at ``fault_at`` and starts again for their
+    replacement at ``replaced_at`` (ADR 0220): ``[fault_at, settled_at)`` is never billed,
+    where ``settled_at`` is ``replaced_at``, or the lease's end when nothing replaced it.
+    """
+
+    class Resolution(models.TextChoices):
+        OPEN = "", "Open"
+        REPLACED = "replaced", "Replaced"
+        SMALLER = "continued_smaller", "Continued smaller"
+        RELEASED = "released", "Released"
+        ENDED = "ended", "Lease ended"
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="faults")
+    node = models.ForeignKey(Node, on_delete=models.PROTECT, related_name="+")
+    gpu_indexes = models.JSONField(default=list, help_text="the lease's GPUs there that failed")
+    gpus = models.DecimalField(max_digits=10, decimal_places=3,
+                               help_text="GPU equivalents lost (slots / 8)")
+    cause = models.CharField(max_length=300)
+    fault_at = models.DateTimeField(help_text="billing stops here for the failed GPUs")
+    fenced_at = models.DateTimeField()
+    replacement = models.JSONField(default=dict, blank=True,
+                                   help_text="{node: hostname, gpu_indexes: [...]}")
+    replaced_at = models.DateTimeField(null=True, blank=True,
+                                       help_text="the replacement converged (billing resumes)")
+    resolution = models.CharField(max_length=20, choices=Resolution.choices, blank=True,
+                                  default="")
+    resolved_at = models.DateTimeField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["fault_at", "id"]
+        indexes = [models.Index(fields=["lease", "resolution"])]
+        constraints = [
+            models.CheckConstraint(condition=Q(gpus__gt=0), name="leasefault_gpus_positive"),
+            models.CheckConstraint(condition=Q(replaced_at__isnull=True)
+                                   | Q(replaced_at__gte=F("fault_at")),
+                                   name="leasefault_replaced_after_fault"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lease_id} {self.node_id} {self.cause}"

@@ -139,3 +139,27 @@ def preempting(lease: Lease, at: Any) -> None:
                 % words)
 
     transaction.on_commit(lambda: _mail(lease, compose))
+
+
+def healing(lease: Lease, event: str, reason: str, data: dict[str, Any]) -> None:
+    """Hardware of a running lease failed (``lease.healing``), was replaced
+    (``lease.healed``), or nothing could replace it (``lease.degraded``): WebSocket, mail,
+    and the outbound channels (``hooks.lease_event``), naming what failed and what
+    replaced it."""
+    group, message = tenant_group(lease.tenant_id), _payload(lease)
+    message["event"].update({"condition": lease.condition, "healing": event,
+                             "warning": reason, "data": data})
+    transaction.on_commit(lambda: _broadcast(group, message))
+    hooks.announce_on_commit(event=event, tenant_id=lease.tenant_id, lease_id=lease.pk,
+                             state=lease.state, reason=reason, data=data)
+    name, pk = str(lease), lease.pk
+
+    def compose() -> tuple[str, str]:
+        words = {"lease": name, "id": pk, "what": reason}
+        subjects = {"lease.healing": _("[gpupool] %(lease)s: hardware failed, replacing it"),
+                    "lease.healed": _("[gpupool] %(lease)s: failed hardware replaced"),
+                    "lease.degraded": _("[gpupool] %(lease)s runs degraded")}
+        body = _("Lease %(lease)s (%(id)s): %(what)s. The failed hardware is not billed.")
+        return subjects.get(event, subjects["lease.healing"]) % words, body % words
+
+    transaction.on_commit(lambda: _mail(lease, compose))

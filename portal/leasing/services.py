@@ -31,7 +31,9 @@ from portal.leasing.models import (
     LOCK,
     MILLI_PER_SLOT,
     Allocation,
+    Condition,
     Lease,
+    LeaseFault,
     Locality,
     Priority,
     Quota,
@@ -425,3 +427,29 @@ def _longest_end(lease: Lease) -> datetime | None:
         return None
     result = allocation.extension(lease, lease.end_at + timedelta(days=3660))
     return None if result.ok else allocation.from_epoch(result.longest_end)
+
+
+DEGRADED_CHOICES = ("continue", "wait", "release")
+
+
+@transaction.atomic
+def lease_degraded_choose(*, actor: AnyUser, lease: Lease, choice: str) -> Lease:
+    """A degraded lease's tenant decides: ``continue`` smaller (its open faults close; the
+    failed GPUs stay unbilled), ``wait`` for a replacement (re-tried each beat, ahead of
+    new orders), or ``release`` it (the failed part is not charged either way)."""
+    require_role(actor, lease.tenant, Role.MEMBER)
+    if choice not in DEGRADED_CHOICES:
+        raise _err("choice", _("Choose continue, wait or release."))
+    lease = _locked(lease)
+    if lease.condition != Condition.DEGRADED or lease.state not in states.RUNNING:
+        raise _err("choice", _("This lease is not degraded."), states.IllegalTransition)
+    if choice == "release":
+        return lease_release(actor=actor, lease=lease, reason="released while degraded")
+    if choice == "continue":
+        releasing.resolve_faults(lease, LeaseFault.Resolution.SMALLER)
+        lease.condition = Condition.HEALTHY
+        lease.save(update_fields=["condition", "updated"])
+    states.record(lease, "degraded_choice", actor=actor.get_username(), reason=choice)
+    audit_record(actor=actor, action="lease.degraded_choice", obj=lease,
+                 changes={"choice": choice})
+    return lease

@@ -3,6 +3,7 @@
 from portal.fleet.models.agents import Agent, AgentCredential, AgentReport, BootstrapToken
 from portal.fleet.models.enrolment import EnrolmentRequest
 from portal.fleet.models.health import NodeHealth
+from portal.fleet.models.service import NodeValidation, ServiceEvent
 from portal.fleet.models.state import (
     FabricDesiredState,
     FabricObservedState,
@@ -16,5 +17,6 @@ __all__ = [
     "Agent", "AgentCredential", "AgentReport", "BootstrapToken", "EnrolmentRequest",
     "FabricDesiredState",
     "FabricObservedState", "GpuTelemetry", "NodeDesiredState", "NodeHealth",
-    "NodeObservedState", "PortTelemetry", "TelemetrySample", "TenantPartition",
+    "NodeObservedState", "NodeValidation", "PortTelemetry", "ServiceEvent",
+    "TelemetrySample", "TenantPartition",
 ]

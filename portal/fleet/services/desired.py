@@ -20,6 +20,7 @@ from portal.fleet.models import (
     NodeObservedState,
 )
 from portal.fleet.models.agents import Role
+from portal.fleet.selectors import validation_entry
 from portal.inventory.models import Node
 
 FABRIC = "default"
@@ -74,7 +75,11 @@ def node_desired_set(*, node: Node, partitions: list[dict[str, Any]],
     agent = agent_for_node(node=node)
     desired = _locked(NodeDesiredState, node=node)
     content = {"partitions": _canonical(partitions), "access_grants": _canonical(access_grants)}
-    old = {k: desired.document.get(k) for k in content}
+    asked = validation_entry(node)
+    if asked is not None:  # a repaired node proving itself (services.validation)
+        content["validation"] = asked
+    old = {k: desired.document.get(k) for k in ("partitions", "access_grants", "validation")
+           if k in content or k in desired.document}
     if desired.document and old == content:
         return int(desired.generation)
     generation = desired.generation + 1

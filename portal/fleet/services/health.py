@@ -18,6 +18,7 @@ from portal.core import clock
 from portal.core.services import audit_record
 from portal.fleet import intervals
 from portal.fleet.models import NodeHealth
+from portal.fleet.services import faults
 from portal.inventory.models import Gpu, Node
 
 LOST, QUARANTINED = Gpu.Health.LOST, Gpu.Health.QUARANTINED
@@ -66,6 +67,7 @@ def heartbeat(*, node: Node, now: datetime) -> None:
         row.alerts = [a for a in row.alerts if a["key"] != "unreachable"]
         row.save(update_fields=["reachable", "unreachable_since", "alerts", "updated"])
         audit_record(actor=None, action="fleet.node_reachable", obj=node)
+        faults.node_back(node=node)
 
 
 @transaction.atomic
@@ -84,22 +86,24 @@ def health_sweep() -> int:
         row.reachable, row.unreachable_since = False, clock.now()
         row.alerts = [a for a in row.alerts if a["key"] != "unreachable"] + [_alert(
             "unreachable", "node", "critical",
-            f"no report since {node.last_heartbeat or 'enrolment'}; GPUs kept allocated "
-            "until staff confirm the node down")]
+            f"no report since {node.last_heartbeat or 'enrolment'}; fenced out of its "
+            "leases and sent to repair")]
         row.save(update_fields=["reachable", "unreachable_since", "alerts", "updated"])
         audit_record(actor=None, action="fleet.node_unreachable", obj=node,
                      changes={"last_heartbeat": str(node.last_heartbeat)})
+        faults.node_failed(node=node, rule=faults.SILENT, at=node.last_heartbeat,
+                           cause=f"agent silent since {node.last_heartbeat or 'enrolment'}")
         count += 1
     return count
 
 
 def gpu_quarantine(*, node: Node, index: int | None, uuid: str, health: str,
-                   reason: str) -> None:
+                   reason: str) -> Gpu | None:
     """Escalate a GPU's health (never lowers it: staff clear it) and raise an alert."""
     gpus = Gpu.objects.select_for_update().filter(node=node)
     gpu = (gpus.filter(index=index) if index is not None else gpus.filter(uuid=uuid)).first()
     if gpu is None:
-        return
+        return None
     if RANK[health] > RANK[Gpu.Health(gpu.health)]:
         before, gpu.health = gpu.health, health
         gpu.save(update_fields=["health"])
@@ -107,6 +111,7 @@ def gpu_quarantine(*, node: Node, index: int | None, uuid: str, health: str,
                      changes={"health": [before, health], "reason": reason})
     _merge(node, [_alert(f"gpu:{gpu.index}", "gpu", "critical",
                          f"GPU {gpu.index} ({gpu.uuid}) {health}: {reason}")])
+    return gpu
 
 
 def _gpu_events(gpus: dict[int, dict[str, Any]], prev: dict[int, dict[str, Any]],
@@ -189,9 +194,16 @@ def evaluate(*, node: Node, gpus: dict[int, dict[str, Any]],
              xid_events: list[dict[str, Any]]) -> None:
     events, add, drop = _changes(gpus, prev_gpus, ports, prev_ports, xid_events)
     for index, uuid, health, reason in events:
-        gpu_quarantine(node=node, index=index, uuid=uuid, health=health, reason=reason)
+        gpu = gpu_quarantine(node=node, index=index, uuid=uuid, health=health, reason=reason)
+        if gpu is not None and health == LOST:  # off the bus: the node needs a reboot
+            faults.node_failed(node=node, cause=f"GPU {gpu.index} {reason}", rule=reason)
+        elif gpu is not None:
+            faults.gpu_failed(gpu=gpu, cause=reason, rule=reason)
     if add or drop:
         _merge(node, add, drop)
+    down = [a for a in add if a["key"].endswith(":link")]
+    if down:
+        faults.node_failed(node=node, cause=down[0]["message"], rule="ib_port_down")
 
 
 @transaction.atomic

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 
 from portal.fleet import selectors as fleet_selectors
+from portal.fleet.lifecycle import KEPT_BY_LEASES
 from portal.inventory.models import Node
 from portal.leasing import desired
 from portal.leasing.lifecycle import dispatch
@@ -22,7 +23,11 @@ def lock(lease_id: object) -> Lease | None:
 def push(lease: Lease) -> dict[str, int]:
     """Write the desired state of the lease's nodes and the fabric; the generations to
     wait for (``provision_targets``). Simulated agents apply it after commit."""
-    targets = {str(node.pk): desired.push_node(node) for node in desired.lease_nodes(lease)}
+    targets: dict[str, int] = {}
+    for node in desired.lease_nodes(lease):
+        generation = desired.push_node(node)
+        if node.service in KEPT_BY_LEASES:  # a node sent to repair is not waited for
+            targets[str(node.pk)] = generation
     targets[FABRIC] = desired.push_fabric()
     if settings.GPUPOOL_SIMULATED_AGENTS:
         dispatch.simulated_agents_on_commit([k for k in targets if k != FABRIC])

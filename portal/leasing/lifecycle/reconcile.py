@@ -17,7 +17,15 @@ from portal.fleet import services as fleet
 from portal.fleet.models import NodeDesiredState
 from portal.inventory.models import Node
 from portal.leasing import desired, states
-from portal.leasing.lifecycle import dispatch, expiry, placing, provisioning, releasing, repair
+from portal.leasing.lifecycle import (
+    dispatch,
+    expiry,
+    healing,
+    placing,
+    provisioning,
+    releasing,
+    repair,
+)
 from portal.leasing.models import Allocation, Lease
 from portal.leasing.models import LeaseState as S
 
@@ -29,8 +37,11 @@ STEPS: dict[str, Callable[[object], None]] = {
     "check_provisioned": provisioning.check_provisioned,
     "teardown": releasing.teardown,
     "check_released": releasing.check_released,
+    "heal": healing.heal,
+    "check_healed": healing.check_healed,
 }
-FOLLOW_UP = {"provision": "check_provisioned", "teardown": "check_released"}
+FOLLOW_UP = {"provision": "check_provisioned", "teardown": "check_released",
+             "heal": "check_healed"}
 
 
 def run_step(step: str, lease_id: object) -> str | None:
@@ -48,6 +59,9 @@ def node_converged(node_id: int) -> None:
         for lease_id in Lease.objects.filter(pk__in=on_node, state=state).order_by(
                 "created").values_list("pk", flat=True):
             step(lease_id)
+    for lease_id in Lease.objects.filter(pk__in=on_node, state__in=sorted(states.RUNNING)
+                                         ).exclude(heal_targets={}).values_list("pk", flat=True):
+        healing.check_healed(lease_id)  # a replacement on this node converged
 
 
 def check_leases_on(node_ids: list[Any]) -> None:
@@ -74,6 +88,7 @@ def reconcile_once() -> dict[str, int]:
         if follow:
             run_step(follow, lease.pk)
     counts["repushed"] = repush_drifted_nodes()
+    counts["healing"] = healing.heal_pending()  # repairs go ahead of new orders
     if Lease.objects.filter(state=S.QUEUED).exists():
         counts.update(placing.run_schedule_pass())
     return counts

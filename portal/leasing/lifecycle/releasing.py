@@ -13,7 +13,7 @@ from portal.fleet.services.health import gpu_quarantine
 from portal.inventory.models import Gpu
 from portal.leasing import handover, notify, states
 from portal.leasing.lifecycle import dispatch, pushing, timing
-from portal.leasing.models import LOCK, Allocation, Lease
+from portal.leasing.models import LOCK, Allocation, Lease, LeaseFault
 from portal.leasing.models import LeaseState as S
 
 
@@ -25,11 +25,21 @@ def begin_release(lease: Lease, *, kind: str, actor: str = "system", reason: str
         lease.ended_at = clock.now()
     lease.provision_targets = {}
     lease.teardown_deadline = clock.now() + timing.release_timeout()
+    resolve_faults(lease, LeaseFault.Resolution.RELEASED if kind == S.ENDED
+                   else LeaseFault.Resolution.ENDED)
+    lease.condition, lease.heal_targets, lease.heal_deadline = "", {}, None
     states.transition(lease, S.RELEASING, actor=actor, reason=reason,
                       fields=("release_kind", "ended_at", "provision_targets",
-                              "teardown_deadline"))
+                              "teardown_deadline", "condition", "heal_targets",
+                              "heal_deadline"))
     notify.lease_changed(lease)
     dispatch.step_on_commit("teardown", lease.pk)
+
+
+def resolve_faults(lease: Lease, resolution: str) -> int:
+    """Close the (locked) lease's open faults: continued smaller, released or ended."""
+    return LeaseFault.objects.filter(lease=lease, resolution=LeaseFault.Resolution.OPEN
+                                     ).update(resolution=resolution, resolved_at=clock.now())
 
 
 def teardown(lease_id: object) -> None:
