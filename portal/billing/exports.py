@@ -15,10 +15,11 @@ FORMATS = {"csv": "text/csv", "focus-csv": "text/csv", "focus-jsonl": "applicati
 USAGE_COLUMNS = ["record_id", "tenant", "lease_id", "lease_name", "period_start", "period_end",
                  "used_from", "used_to", "seconds", "gpus", "gpu_hours", "gpu_model",
                  "priority", "currency", "list_unit_price", "unit_price", "list_cost", "cost",
-                 "closed"]
+                 "closed", "failed_gpu_seconds"]
 USAGE_FIELDS = ("id", "tenant__slug", "lease_id", "lease__name", "period_start", "period_end",
                 "used_from", "used_to", "seconds", "gpus", "gpu_model", "priority", "currency",
-                "list_unit_price", "unit_price", "list_cost", "cost", "closed")
+                "list_unit_price", "unit_price", "list_cost", "cost", "closed",
+                "failed_gpu_seconds")
 
 
 class _Buffer:
@@ -41,12 +42,12 @@ class _Buffer:
 
 def _usage_values(row: tuple) -> list[Any]:
     (rid, slug, lease_id, lease_name, pstart, pend, ufrom, uto, seconds, gpus, model,
-     priority, currency, list_unit, unit, list_cost, cost, closed) = row
-    hours = (gpus * seconds / focus.SECONDS_PER_HOUR).quantize(focus.GPU_HOUR)
+     priority, currency, list_unit, unit, list_cost, cost, closed, failed) = row
+    hours = ((gpus * seconds - failed) / focus.SECONDS_PER_HOUR).quantize(focus.GPU_HOUR)
     return [rid, slug, lease_id, lease_name, focus.zulu(pstart), focus.zulu(pend),
             focus.zulu(ufrom), focus.zulu(uto), seconds, f"{gpus:f}", f"{hours:f}", model,
             priority, currency, f"{list_unit:f}", f"{unit:f}", f"{list_cost:f}", f"{cost:f}",
-            "true" if closed else "false"]
+            "true" if closed else "false", f"{failed:f}"]
 
 
 def _csv_stream(header: list[str], rows: Iterator[Any]) -> Iterator[str]:

@@ -51,7 +51,7 @@ DECIMAL_COLUMNS = {"BilledCost", "ContractedCost", "EffectiveCost", "ListCost",
 PRICING_CATEGORY = {"on_demand": "Standard", "spot": "Dynamic", "reserved": "Committed"}
 USAGE_FIELDS = ("start_text", "end_text", "seconds", "gpus", "gpu_model", "priority",
                 "currency", "list_unit_price", "unit_price", "list_cost", "cost",
-                "gpu_util_avg", "tenant_text", "lease_text")
+                "gpu_util_avg", "failed_gpu_seconds", "tenant_text", "lease_text")
 CREDIT_FIELDS = ("id", "month", "source_month", "category", "kind", "amount", "currency",
                  "description", "period_start", "period_end", "tenant_id", "tenant__name",
                  "tenant__slug", "lease_id", "lease__name")
@@ -164,8 +164,9 @@ def usage_rows(qs: QuerySet, enc: Encoding) -> Iterator[tuple[str, ...]]:
         return text(str(tenant_id)), text(row[0]), text(row[1])
 
     def shape(key: tuple) -> tuple[str, ...]:
-        gpus, seconds, model, priority, list_unit, unit = key
-        quantity = text_num((gpus * seconds / SECONDS_PER_HOUR).quantize(GPU_HOUR))
+        gpus, seconds, model, priority, list_unit, unit, failed = key
+        # what was billed: GPU-seconds on failed hardware are not (ADR 0220)
+        quantity = text_num(((gpus * seconds - failed) / SECONDS_PER_HOUR).quantize(GPU_HOUR))
         sku = f"gpu-{model or 'any'}-{priority}"
         status = (used if seconds else unused) if priority == "reserved" else null
         return (text(f"{gpus.normalize():f} x {model or 'GPU'} ({priority}) for {seconds} s"),
@@ -203,15 +204,16 @@ def usage_rows(qs: QuerySet, enc: Encoding) -> Iterator[tuple[str, ...]]:
                         lease_text=Cast("lease_id", CharField()))
             .values_list(*USAGE_FIELDS).iterator(chunk_size=CHUNK))
     for batch in _batched(rows, CHUNK):
-        load_leases({r[13] for r in batch})
+        load_leases({r[14] for r in batch})
         for (start, end, seconds, gpus, model, priority, currency, list_unit, unit, list_cost,
-             cost, util, tenant_id, lease_id) in batch:
+             cost, util, failed, tenant_id, lease_id) in batch:
             charge_start, month_key = hours[start]
             bill_start, bill_end = months[month_key]
             account, name, slug = tenants[tenant_id]
             rid, rname, tags = leases[lease_id]
             (desc, quantity, sku, sku_price, list_unit_s, unit_s, pricing, status, x_model,
-             x_count, x_priority) = shapes[(gpus, seconds, model, priority, list_unit, unit)]
+             x_count, x_priority) = shapes[(gpus, seconds, model, priority, list_unit, unit,
+                                            failed)]
             billed = f"{cost:f}"
             yield (billed, account, name, currencies[currency], bill_start, bill_end, usage,
                    null, desc, charge_start, hours[end][0], billed, billed, issuer,

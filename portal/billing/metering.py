@@ -24,13 +24,15 @@ from portal.billing import telemetry
 from portal.billing.models import CreditLine, Invoice, UsageRecord
 from portal.billing.pricing import PriceBook, hours, line_cost
 from portal.leasing import states
-from portal.leasing.models import LOCK, Lease, LeaseState
+from portal.leasing.models import LOCK, Lease, LeaseFault, LeaseState
 from portal.tenants.models import Tenant
 
 TERMINAL = sorted(states.TERMINAL)
 FIELDS = ("period_end", "used_from", "used_to", "seconds", "gpus", "gpu_model", "priority",
           "currency", "list_unit_price", "unit_price", "list_cost", "cost", "closed",
-          "gpu_util_avg")
+          "gpu_util_avg", "failed_gpu_seconds")
+MILLI_S = Decimal("0.001")
+Outage = tuple[Decimal, datetime, datetime | None]  # GPUs, from, until (None: lease end)
 
 
 @dataclass
@@ -84,19 +86,51 @@ def _final_months(tenant: Tenant) -> set[date]:
                .values_list("month", flat=True))
 
 
+def outages(lease: Lease) -> list[Outage]:
+    """The lease's failed hardware (``LeaseFault``): from the fault until its replacement
+    was active — or, never replaced, to the end of the lease (ADR 0220)."""
+    return [(f.gpus, f.fault_at, f.replaced_at)
+            for f in LeaseFault.objects.filter(lease=lease).only("gpus", "fault_at",
+                                                                  "replaced_at")]
+
+
+def failed_gpu_seconds(outages: list[Outage], used_from: datetime,
+                       used_to: datetime) -> Decimal:
+    """GPU-seconds of ``[used_from, used_to)`` on failed hardware (at most the whole)."""
+    total = Decimal(0)
+    for gpus, start, until in outages:
+        lo, hi = max(start, used_from), min(until or used_to, used_to)
+        if hi > lo:
+            total += gpus * Decimal(str((hi - lo).total_seconds()))
+    return total.quantize(MILLI_S)
+
+
+def _late_faults(lease: Lease) -> list[tuple[datetime, datetime]]:
+    """(fault_at, recorded) of each fault: one recorded after an hour was closed (an agent
+    silent since the previous hour) opens that hour again."""
+    return list(LeaseFault.objects.filter(lease=lease).values_list("fault_at", "created"))
+
+
+def _reopened(record: UsageRecord, late: list[tuple[datetime, datetime]]) -> bool:
+    return any(at < record.period_end and made > record.updated for at, made in late)
+
+
 def _values(lease: Lease, book: PriceBook, span: tuple, closed: bool,
-            util: Decimal | None = None) -> dict:
+            util: Decimal | None = None, down: list[Outage] | None = None) -> dict:
     period_start, period_end, used_from, used_to = span
     seconds = int((used_to - used_from).total_seconds())
     gpus = lease_gpus(lease)
+    failed = min(failed_gpu_seconds(down or [], used_from, used_to), gpus * seconds)
     rate = book.rate(lease.gpu_model, lease.priority, period_start)
     return {"period_end": period_end, "used_from": used_from, "used_to": used_to,
             "seconds": seconds, "gpus": gpus, "gpu_model": lease.gpu_model,
             "priority": lease.priority, "currency": rate.currency,
             "list_unit_price": rate.list_unit_price, "unit_price": rate.unit_price,
-            "list_cost": line_cost(gpus=gpus, seconds=seconds, unit_price=rate.list_unit_price),
-            "cost": line_cost(gpus=gpus, seconds=seconds, unit_price=rate.unit_price),
-            "closed": closed, "gpu_util_avg": util}
+            "list_cost": line_cost(gpus=gpus, seconds=seconds, unit_price=rate.list_unit_price,
+                                   failed_gpu_seconds=failed),
+            "cost": line_cost(gpus=gpus, seconds=seconds, unit_price=rate.unit_price,
+                              failed_gpu_seconds=failed),
+            "closed": closed, "gpu_util_avg": util, "failed_gpu_seconds": failed}
 
 
 def _same(record: UsageRecord, values: dict) -> bool:
@@ -116,16 +150,19 @@ def meter_lease(*, lease_id: object, until: datetime, report: MeterReport,
     existing = {r.period_start: r for r in UsageRecord.objects.filter(lease=lease)}
     seen = set()
     todo = []
+    late = _late_faults(lease)
     for span in hours(start, end):
         seen.add(span[0])
         record = existing.get(span[0])
-        if (record is not None and record.closed) or month_of(span[0]) in final_months:
+        if (record is not None and record.closed and not _reopened(record, late)) \
+                or month_of(span[0]) in final_months:
             continue
         todo.append((span, record))
     util = telemetry.period_utilisation(lease.pk, [(s[0], s[2], s[3]) for s, _r in todo])
+    down = outages(lease) if todo else []
     for span, record in todo:
         closed = span[1] <= until and (final or span[1] <= end)
-        values = _values(lease, book, span, closed, util.get(span[0]))
+        values = _values(lease, book, span, closed, util.get(span[0]), down)
         if record is None:
             UsageRecord.objects.create(lease=lease, tenant=lease.tenant,
                                        period_start=span[0], **values)

@@ -54,6 +54,13 @@ class TenantContract(models.Model):
     effective_from = models.DateTimeField()
     effective_to = models.DateTimeField(null=True, blank=True)
     reference = models.CharField(max_length=100, blank=True)
+    availability_sla = models.DecimalField(
+        max_digits=6, decimal_places=3, null=True, blank=True,
+        help_text="monthly availability promised, percent (e.g. 99.5); empty: no SLA")
+    sla_credit_tiers = models.JSONField(
+        default=list, blank=True,
+        help_text='[[below_percent, credit_percent], ...], e.g. [[99.5, 10], [99, 25], '
+                  '[95, 100]]: availability below 99.5 % credits 10 % of the month\'s usage')
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -82,6 +89,9 @@ class UsageRecord(models.Model):
     used_to = models.DateTimeField()
     seconds = models.PositiveIntegerField()
     gpus = models.DecimalField(max_digits=10, decimal_places=3)
+    failed_gpu_seconds = models.DecimalField(
+        max_digits=16, decimal_places=3, default=0,
+        help_text="GPU-seconds of the period on failed hardware: not billed (ADR 0220)")
     gpu_model = models.CharField(max_length=32, blank=True)
     priority = models.CharField(max_length=16, choices=Priority.choices)
     currency = models.CharField(max_length=3)
@@ -104,6 +114,9 @@ class UsageRecord(models.Model):
             models.UniqueConstraint(fields=["lease", "period_start"], name="usage_one_per_period"),
             models.CheckConstraint(condition=Q(period_end__gt=F("period_start")),
                                    name="usage_period"),
+            models.CheckConstraint(condition=Q(failed_gpu_seconds__gte=0)
+                                   & Q(failed_gpu_seconds__lte=F("gpus") * F("seconds")),
+                                   name="usage_failed_within_used"),
             models.CheckConstraint(condition=Q(used_from__gte=F("period_start"))
                                    & Q(used_to__lte=F("period_end"))
                                    & Q(used_to__gte=F("used_from")), name="usage_within_period"),
@@ -113,8 +126,12 @@ class UsageRecord(models.Model):
         return f"{self.lease_id} {self.period_start:%Y-%m-%d %H:00} {self.seconds}s"
 
     @property
+    def billed_gpu_seconds(self) -> Decimal:
+        return self.gpus * self.seconds - self.failed_gpu_seconds
+
+    @property
     def gpu_hours(self) -> Decimal:
-        return (self.gpus * self.seconds / Decimal(3600)).quantize(Decimal("0.000001"))
+        return (self.billed_gpu_seconds / Decimal(3600)).quantize(Decimal("0.000001"))
 
 
 class CreditLine(models.Model):
@@ -126,6 +143,7 @@ class CreditLine(models.Model):
 
     class Kind(models.TextChoices):
         FAILURE = "failure", "Platform failure"
+        SLA = "sla", "Availability SLA"
         MANUAL = "manual", "Manual"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="credit_lines")
@@ -149,6 +167,8 @@ class CreditLine(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["lease", "source_month"],
                                     condition=Q(kind="failure"), name="credit_one_failure"),
+            models.UniqueConstraint(fields=["tenant", "source_month"],
+                                    condition=Q(kind="sla"), name="credit_one_sla_per_month"),
             models.CheckConstraint(condition=Q(period_end__gt=F("period_start")),
                                    name="credit_period"),
         ]

@@ -66,9 +66,11 @@ def money(value: Decimal) -> Decimal:
     return value.quantize(CENT, rounding=ROUND_HALF_UP)
 
 
-def line_cost(*, gpus: Decimal, seconds: int, unit_price: Decimal) -> Decimal:
-    """One charge line's cost, rounded to the cent (the only place money is rounded)."""
-    return money(gpus * seconds * unit_price / Decimal(3600))
+def line_cost(*, gpus: Decimal, seconds: int, unit_price: Decimal,
+              failed_gpu_seconds: Decimal = Decimal(0)) -> Decimal:
+    """One charge line's cost, rounded to the cent (the only place money is rounded): the
+    GPU-seconds used less those on failed hardware (never billed, ADR 0220)."""
+    return money((gpus * seconds - failed_gpu_seconds) * unit_price / Decimal(3600))
 
 
 def hour_floor(at: datetime) -> datetime:

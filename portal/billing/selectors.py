@@ -67,7 +67,7 @@ def invoices(*, tenant: Tenant | None) -> QuerySet[Invoice]:
 
 
 def gpu_hours(qs: QuerySet[UsageRecord]) -> Decimal:
-    total = qs.aggregate(s=Sum(_gpu_seconds()))["s"] or 0
+    total = qs.aggregate(s=Sum(billed_gpu_seconds()))["s"] or 0
     return (Decimal(str(total)) / Decimal(3600)).quantize(Decimal("0.001"))
 
 
@@ -92,7 +92,14 @@ def current_month() -> date:
     return date(at.year, at.month, 1)
 
 
-def _gpu_seconds() -> ExpressionWrapper:
+def billed_gpu_seconds() -> ExpressionWrapper:
+    """GPU-seconds billed: used, less those on failed hardware (ADR 0220). The one home of
+    this sum for budgets, invoices and exports."""
+    return ExpressionWrapper(F("gpus") * F("seconds") - F("failed_gpu_seconds"),
+                             output_field=DecimalField(max_digits=20, decimal_places=3))
+
+
+def _gross_gpu_seconds() -> ExpressionWrapper:
     return ExpressionWrapper(F("gpus") * F("seconds"),
                              output_field=DecimalField(max_digits=20, decimal_places=3))
 
@@ -103,7 +110,7 @@ def _utilisation_sums() -> dict[str, Sum]:
     weighted = ExpressionWrapper(F("gpu_util_avg") * F("gpus") * F("seconds"),
                                  output_field=DecimalField(max_digits=30, decimal_places=5))
     return {"util_weighted": Sum(weighted, filter=measured),
-            "measured_seconds": Sum(_gpu_seconds(), filter=measured)}
+            "measured_seconds": Sum(_gross_gpu_seconds(), filter=measured)}
 
 
 def _utilisation(row: dict[str, Any]) -> tuple[Decimal | None, Decimal]:
@@ -124,11 +131,11 @@ def showback(*, tenant: Tenant | None, start: datetime | None = None,
     qs = usage_records(tenant=tenant, start=start, end=end).order_by()
     per_lease = (qs.values("lease_id", "lease__name", "tenant__slug", "gpu_model",
                            "priority", "currency")
-                 .annotate(gpu_seconds=Sum(_gpu_seconds()), cost=Sum("cost"),
+                 .annotate(gpu_seconds=Sum(billed_gpu_seconds()), cost=Sum("cost"),
                            **_utilisation_sums())
                  .order_by("-cost")[:limit])
     per_tenant = (qs.values("tenant__slug", "currency")
-                  .annotate(gpu_seconds=Sum(_gpu_seconds()), cost=Sum("cost"),
+                  .annotate(gpu_seconds=Sum(billed_gpu_seconds()), cost=Sum("cost"),
                             leases=Count("lease_id", distinct=True), **_utilisation_sums())
                   .order_by("tenant__slug", "currency"))
     leases, tenants, measured_any = [], [], False

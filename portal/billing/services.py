@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from portal.billing import selectors
+from portal.billing import selectors, sla
 from portal.billing.metering import meter_leases, month_of
 from portal.billing.models import BudgetAlert, CreditLine, Invoice, Price, TenantContract
 from portal.billing.pricing import money
@@ -116,6 +116,9 @@ def _freeze(*, actor: Any, tenant: Tenant, month: date, end: datetime, now: date
     start, _ = selectors.month_bounds(month)
     if selectors.usage_records(tenant=tenant, start=start, end=end).filter(closed=False).exists():
         raise Conflict(_("Usage of this month is still open (a lease has not settled)."))
+    if not Invoice.objects.filter(tenant=tenant, month=month,
+                                  status=Invoice.Status.FINAL).exists():
+        sla.credit_month(tenant=tenant, month=month)  # the availability promise, settled
     invoice = invoice_refresh(tenant=tenant, month=month)
     if invoice.status == Invoice.Status.FINAL:
         return invoice

@@ -13,7 +13,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, DecimalField, ExpressionWrapper, F, Q, Sum
+from django.db.models import Count, Q, Sum
 
 from portal.billing import selectors
 from portal.billing.models import Invoice
@@ -52,8 +52,7 @@ def recent_invoices(*, tenant: Tenant, limit: int = 12) -> list[dict[str, Any]]:
 
 def _usage_lines(tenant: Tenant, month: date) -> list[dict[str, Any]]:
     start, end = selectors.month_bounds(month)
-    gpu_seconds = ExpressionWrapper(F("gpus") * F("seconds"),
-                                    output_field=DecimalField(max_digits=20, decimal_places=3))
+    gpu_seconds = selectors.billed_gpu_seconds()
     rows = (selectors.usage_records(tenant=tenant, start=start, end=end).order_by()
             .values("lease_id", "lease__name", "gpu_model", "priority", "unit_price",
                     "currency")
