@@ -4,6 +4,7 @@ from django.urls import include, path
 from rest_framework.routers import SimpleRouter
 
 from portal.billing.api import views as billing
+from portal.fleet.api import service as fleet_service
 from portal.inventory.api import views as inventory
 from portal.leasing.api import views as leasing
 from portal.tenants.api import views as tenants
@@ -37,5 +38,10 @@ urlpatterns = [
     path("orders", leasing.OrderView.as_view(), name="order-create"),
     path("orders/quote", leasing.QuoteView.as_view(), name="order-quote"),
     path("quotas", leasing.QuotaView.as_view(), name="quota-usage"),
+    path("fleet/repair-queue", fleet_service.RepairQueueView.as_view(), name="repair-queue"),
+    path("fleet/nodes/<str:hostname>/service", fleet_service.NodeServiceView.as_view(),
+         name="node-service"),
+    path("fleet/gpus/<str:uuid>/service", fleet_service.GpuServiceView.as_view(),
+         name="gpu-service"),
     path("", include(router.urls)),
 ]

@@ -58,7 +58,7 @@ class TenantContract(models.Model):
         max_digits=6, decimal_places=3, null=True, blank=True,
         help_text="monthly availability promised, percent (e.g. 99.5); empty: no SLA")
     sla_credit_tiers = models.JSONField(
-        default=list, blank=True,
+        default=list, blank=True, db_default=[],
         help_text='[[below_percent, credit_percent], ...], e.g. [[99.5, 10], [99, 25], '
                   '[95, 100]]: availability below 99.5 % credits 10 % of the month\'s usage')
     created = models.DateTimeField(auto_now_add=True)
@@ -90,7 +90,7 @@ class UsageRecord(models.Model):
     seconds = models.PositiveIntegerField()
     gpus = models.DecimalField(max_digits=10, decimal_places=3)
     failed_gpu_seconds = models.DecimalField(
-        max_digits=16, decimal_places=3, default=0,
+        max_digits=16, decimal_places=3, default=0, db_default=0,
         help_text="GPU-seconds of the period on failed hardware: not billed (ADR 0220)")
     gpu_model = models.CharField(max_length=32, blank=True)
     priority = models.CharField(max_length=16, choices=Priority.choices)

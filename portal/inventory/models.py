@@ -95,8 +95,9 @@ class Node(models.Model):
     last_heartbeat = models.DateTimeField(null=True, blank=True)
     agent_version = models.CharField(max_length=32, blank=True)
     service = models.CharField(max_length=16, choices=Service.choices,
-                               default=Service.IN_SERVICE, db_index=True)
-    service_cause = models.CharField(max_length=300, blank=True)
+                               default=Service.IN_SERVICE, db_default=Service.IN_SERVICE,
+                               db_index=True)
+    service_cause = models.CharField(max_length=300, blank=True, default="", db_default="")
     service_since = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True)
 
@@ -130,8 +131,9 @@ class Gpu(models.Model):
         null=True, blank=True, help_text="GPUs with the same number share NVLink; empty: none")
     health = models.CharField(max_length=16, choices=Health.choices, default=Health.HEALTHY)
     service = models.CharField(max_length=16, choices=Service.choices,
-                               default=Service.IN_SERVICE, db_index=True)
-    service_cause = models.CharField(max_length=300, blank=True)
+                               default=Service.IN_SERVICE, db_default=Service.IN_SERVICE,
+                               db_index=True)
+    service_cause = models.CharField(max_length=300, blank=True, default="", db_default="")
     service_since = models.DateTimeField(null=True, blank=True)
 
     class Meta:

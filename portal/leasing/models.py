@@ -129,10 +129,10 @@ class Lease(models.Model):
     warned_at = models.DateTimeField(null=True, blank=True)
     queue_boost = models.IntegerField(default=0, help_text="operator prioritisation")
     condition = models.CharField(
-        max_length=16, choices=Condition.choices, blank=True, default="",
+        max_length=16, choices=Condition.choices, blank=True, default="", db_default="",
         help_text="a running lease whose hardware failed: healing (a replacement is being "
                   "applied) or degraded (none found; the tenant chooses)")
-    heal_targets = models.JSONField(default=dict, blank=True,
+    heal_targets = models.JSONField(default=dict, blank=True, db_default={},
                                     help_text="node id -> desired generation of the repair")
     heal_deadline = models.DateTimeField(null=True, blank=True)
     created = models.DateTimeField(auto_now_add=True, db_index=True)

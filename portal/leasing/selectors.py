@@ -162,3 +162,10 @@ def queue_position(*, lease: Lease) -> int | None:
     if lease.state != LeaseState.QUEUED or lease.start_at > clock.now():
         return None
     return queue_positions().get(str(lease.id))
+
+
+def lease_faults(*, lease: Lease) -> Any:
+    """The lease's failed hardware, oldest first (the lease came through ``lease_get``)."""
+    from portal.leasing.models import LeaseFault
+
+    return LeaseFault.objects.filter(lease=lease).select_related("node").order_by("fault_at")

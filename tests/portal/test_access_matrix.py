@@ -103,6 +103,16 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, int]]] = {
     ("lease-release", "POST"): ("active_lease", {}, _row(401, 404, 403, 200, 200, 200)),
     ("lease-extend", "POST"): ("active_lease", {"end_at": IN_A_WEEK},
                                _row(401, 404, 403, 200, 200, 200)),
+    # the lease is not degraded: a member's choice is a 409, never someone else's business
+    ("lease-degraded", "POST"): ("active_lease", {"choice": "continue"},
+                                 _row(401, 404, 403, 409, 409, 409)),
+    ("lease-faults", "GET"): ("lease", {}, _row(*A)),
+    ("repair-queue", "GET"): ("none", {}, _row(*STAFF_ONLY)),
+    ("node-service", "GET"): ("node", {}, _row(*STAFF_ONLY)),
+    ("node-service", "POST"): ("node", {"action": "cordon", "reason": "matrix"},
+                               _row(*STAFF_ONLY)),
+    ("gpu-service", "POST"): ("gpu_uuid", {"action": "cordon", "reason": "matrix"},
+                              _row(*STAFF_ONLY)),
 }
 
 SKIP_METHODS = {"HEAD", "OPTIONS"}
@@ -181,6 +191,7 @@ def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "apikey": {"pk": w["key"].pk},
         "node": {"hostname": w["node"]},
         "gpu": {"pk": w["gpu"].pk},
+        "gpu_uuid": {"uuid": w["gpu"].uuid},
         "audit": {"pk": w["audit"].pk},
         "lease": {"pk": w["lease"].pk},
         "active_lease": {"pk": w["active_lease"].pk},
@@ -320,6 +331,7 @@ def _cred_kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "this_month": {"year": timezone.now().year, "month": timezone.now().month},
         "apikey": {"pk": w["apikey"].pk}, "node": {"hostname": "gpu-node-0001"},
         "node_id": {"node_id": "gpu-node-0001"}, "gpu": {"pk": w["gpu"].pk},
+        "gpu_uuid": {"uuid": w["gpu"].uuid},
         "audit": {"pk": w["audit"].pk}, "lease": {"pk": w["lease"].pk},
         "active_lease": {"pk": w["active_lease"].pk}, "lease_id": {"lease_id": w["lease"].pk},
         "active_lease_id": {"lease_id": w["active_lease"].pk},

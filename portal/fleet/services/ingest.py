@@ -34,7 +34,7 @@ from portal.fleet.models import (
     PortTelemetry,
 )
 from portal.fleet.models.agents import Role
-from portal.fleet.services import cleaning, health, telemetry_pg
+from portal.fleet.services import cleaning, health, telemetry_pg, validation
 from portal.fleet.services.samples import (
     SampleRow,
     gpu_sample_rows,
@@ -244,6 +244,9 @@ def _node_report(node: Node, body: dict[str, Any], newest: bool,
     if plan.observed is None:
         return False
     _node_observed(node, plan.observed)
+    result = plan.observed["document"].get("validation")
+    if isinstance(result, dict):  # a repaired node proving itself (services.validation)
+        validation.observed(node=node, result=result)
     return True
 
 

@@ -7,7 +7,7 @@ from rest_framework import serializers
 
 from portal.leasing import selectors
 from portal.leasing.limits import MAX_DURATION_HOURS, MAX_GPUS_PER_NODE, MAX_NODES
-from portal.leasing.models import Lease, LeaseEvent, Locality, Priority
+from portal.leasing.models import Lease, LeaseEvent, LeaseFault, Locality, Priority
 
 
 class OrderSerializer(serializers.Serializer[None]):
@@ -56,7 +56,7 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
 
     class Meta:
         model = Lease
-        fields = ["id", "name", "tenant", "state", "state_reason", "wait_reason",
+        fields = ["id", "name", "tenant", "state", "condition", "state_reason", "wait_reason",
                   "earliest_start", "queue_position", "gpu_model", "models", "gpu_count",
                   "gpu_milli", "nodes",
                   "total_gpus", "locality", "locality_required", "priority", "start_at",
@@ -78,6 +78,25 @@ class LeaseEventSerializer(serializers.ModelSerializer[LeaseEvent]):
         model = LeaseEvent
         fields = ["created", "kind", "from_state", "to_state", "actor", "reason", "data"]
         read_only_fields = fields
+
+
+class LeaseFaultSerializer(serializers.ModelSerializer[LeaseFault]):
+    """Hardware of the lease that failed: when, what replaced it, what was not billed."""
+
+    node = serializers.CharField(source="node.hostname", read_only=True)
+
+    class Meta:
+        model = LeaseFault
+        fields = ["node", "gpu_indexes", "gpus", "cause", "fault_at", "fenced_at",
+                  "replacement", "replaced_at", "resolution", "resolved_at"]
+        read_only_fields = fields
+
+
+class DegradedChoiceSerializer(serializers.Serializer[None]):
+    choice = serializers.ChoiceField(
+        choices=["continue", "wait", "release"],
+        help_text="continue smaller, wait for a replacement (ahead of new orders), or "
+                  "release; the failed part is not charged either way")
 
 
 class ExtendSerializer(serializers.Serializer[None]):

@@ -106,6 +106,21 @@ class LeaseViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         """Move the end later. Refused (400) with the longest possible end when it can't."""
         return self._act(request, s.ExtendSerializer, services.lease_extend)
 
+    @extend_schema(request=s.DegradedChoiceSerializer, responses=s.LeaseSerializer)
+    @action(detail=True, methods=["post"])
+    def degraded(self, request: Request, pk: str) -> Response:
+        """A degraded lease (hardware failed, no replacement free): continue smaller, wait
+        for a replacement, or release. 409 when the lease is not degraded."""
+        return self._act(request, s.DegradedChoiceSerializer, services.lease_degraded_choose)
+
+    @extend_schema(responses=s.LeaseFaultSerializer(many=True))
+    @action(detail=True, methods=["get"])
+    def faults(self, request: Request, pk: str) -> Response:
+        """Hardware of this lease that failed, what replaced it and when (not billed from
+        the fault until the replacement was active)."""
+        rows = selectors.lease_faults(lease=self.get_object())
+        return Response(s.LeaseFaultSerializer(rows, many=True).data)
+
     @extend_schema(responses=s.LeaseEventSerializer(many=True))
     @action(detail=True, methods=["get"])
     def events(self, request: Request, pk: str) -> Response:

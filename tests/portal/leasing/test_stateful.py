@@ -1,8 +1,10 @@
-"""Hypothesis state machine over orders, cancels, extensions, releases, time and node failure.
+"""Hypothesis state machine over orders, cancels, extensions, releases, time, node failure,
+and hardware faults and repairs inside running leases (issue 27).
 
 After every step: no GPU slot held twice at any instant, no tenant above its quota, no live
-allocation for a lease in a terminal state, active leases hold exactly their GPUs, and no
-new placement on a node that is down.
+allocation for a lease in a terminal state, active leases hold exactly their GPUs (fewer
+while healing or degraded, never more), no running lease on hardware out of service, and
+no new placement on a node that is down or a part that is not in service.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from portal.core import clock
 from portal.core.errors import ApplicationError
-from portal.inventory.models import Node
+from portal.fleet.lifecycle import KEPT_BY_LEASES
+from portal.fleet.services import faults, validation
+from portal.inventory.models import Gpu, Node, Service
 from portal.inventory.services import node_set_state
 from portal.leasing import services
-from portal.leasing.models import Allocation, Lease, Quota
+from portal.leasing.models import Allocation, Condition, Lease, LeaseFault, Quota
 from portal.leasing.models import LeaseState as S
-from portal.leasing.states import TERMINAL
+from portal.leasing.states import RUNNING, TERMINAL
 from tests.portal.leasing.conftest import drive
 
 SIZES = st.sampled_from([(1, 1000), (2, 1000), (4, 1000), (8, 1000), (1, 500), (1, 250)])
@@ -36,8 +40,10 @@ class LeasingMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
+        LeaseFault.objects.all().delete()
         Lease.objects.all().delete()
-        Node.objects.update(state=Node.State.READY)
+        Node.objects.update(state=Node.State.READY, service=Service.IN_SERVICE)
+        Gpu.objects.update(service=Service.IN_SERVICE, health=Gpu.Health.HEALTHY)
         self.down: set[int] = set()
 
     @rule(size=SIZES, who=st.sampled_from(["alice", "bob"]), hours=st.integers(1, 6),
@@ -87,12 +93,39 @@ class LeasingMachine(RuleBasedStateMachine):
         node_set_state(actor=None, node=node, state=Node.State.DOWN, reason="test")
         self.down.add(node.pk)
 
+    @rule(index=st.integers(0, 3), gpu=st.integers(-1, 7))
+    def hardware_fails(self, index: int, gpu: int) -> None:
+        """A GPU (or, -1, the whole node) fails: fenced out of its leases, sent to repair."""
+        node = Node.objects.order_by("hostname")[index]
+        if gpu < 0:
+            faults.node_failed(node=node, cause="xid 79", rule="xid.79")
+        else:
+            faults.gpu_failed(gpu=Gpu.objects.get(node=node, index=gpu), cause="xid 48",
+                              rule="xid.48")
+
+    @rule(data=st.data(), passed=st.booleans())
+    def repaired_and_validated(self, data: st.DataObject, passed: bool) -> None:
+        parts = [*Node.objects.filter(service=Service.OUT_OF_SERVICE).order_by("pk"),
+                 *Gpu.objects.filter(service=Service.OUT_OF_SERVICE).order_by("pk")]
+        if not parts:
+            return
+        part = data.draw(st.sampled_from(parts))
+        run = validation.validate(part=part)
+        node = part if isinstance(part, Node) else part.node
+        validation.observed(node=node, result={"id": run.request_id, "passed": passed,
+                                               "checks": [] if passed else [
+                                                   {"name": "ecc", "ok": False}]})
+
     @rule()
     def reconcile(self) -> None:
         before = set(Allocation.objects.filter(live=True).values_list("pk", flat=True))
+        out = set(Gpu.objects.exclude(service=Service.IN_SERVICE).values_list("pk", flat=True))
+        out |= set(Gpu.objects.exclude(node__service=Service.IN_SERVICE)
+                   .values_list("pk", flat=True))
         drive(rounds=2)
         fresh = Allocation.objects.filter(live=True).exclude(pk__in=before)
         assert not fresh.filter(node_id__in=self.down).exists(), "placed on a down node"
+        assert not fresh.filter(gpu_id__in=out).exists(), "placed on hardware in repair"
 
     @invariant()
     def no_slot_is_double_booked(self) -> None:
@@ -122,7 +155,18 @@ class LeasingMachine(RuleBasedStateMachine):
     def active_leases_hold_their_size(self) -> None:
         for lease in Lease.objects.filter(state=S.ACTIVE):
             slots = Allocation.objects.filter(lease=lease, live=True).count()
-            assert slots == lease.gpu_count * lease.nodes * lease.gpu_milli // 125
+            size = lease.gpu_count * lease.nodes * lease.gpu_milli // 125
+            smaller = LeaseFault.objects.filter(
+                lease=lease, resolution=LeaseFault.Resolution.SMALLER).exists()
+            if lease.condition == Condition.HEALTHY and not smaller:
+                assert slots == size
+            assert slots <= size, "a healed lease holds more than it ordered"
+
+    @invariant()
+    def no_running_lease_on_hardware_in_repair(self) -> None:
+        held = Allocation.objects.filter(live=True, lease__state__in=sorted(RUNNING))
+        assert not held.exclude(gpu__service__in=sorted(KEPT_BY_LEASES)).exists()
+        assert not held.exclude(node__service__in=sorted(KEPT_BY_LEASES)).exists()
 
 
 @pytest.mark.slow
@@ -150,3 +194,20 @@ def test_the_machine_can_fail(pool: dict[str, Any], monkeypatch: pytest.MonkeyPa
     machine.reconcile()
     with pytest.raises(AssertionError):
         machine.quotas_hold()
+
+
+def test_the_machine_catches_a_lease_left_on_hardware_in_repair(
+        pool: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without the fence, a failed GPU stays in its lease: the invariant must say so."""
+    from portal.leasing.lifecycle import healing
+
+    monkeypatch.setattr(healing, "fence", lambda lease, **kw: None)
+    LeasingMachine.pool = pool
+    machine = LeasingMachine()
+    machine.place_order(size=(8, 1000), who="alice", hours=2, later=0)
+    machine.reconcile()
+    node = Allocation.objects.filter(live=True).values_list("node__hostname", flat=True)[0]
+    index = list(Node.objects.order_by("hostname").values_list("hostname", flat=True)).index(node)
+    machine.hardware_fails(index=index, gpu=-1)
+    with pytest.raises(AssertionError):
+        machine.no_running_lease_on_hardware_in_repair()

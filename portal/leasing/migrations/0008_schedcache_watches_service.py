@@ -39,6 +39,6 @@ def backwards(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-    dependencies = [("leasing", "0006_leasebook_changelog"),
+    dependencies = [("leasing", "0007_lease_healing"),
                     ("inventory", "0005_service_lifecycle")]
     operations = [migrations.RunPython(forwards, backwards)]
