@@ -1,6 +1,6 @@
 from django.urls import path
 
-from portal.console import enrolments, members, views
+from portal.console import enrolments, members, repair, views
 
 app_name = "console"
 urlpatterns = [
@@ -9,6 +9,7 @@ urlpatterns = [
     path("nodes/<str:hostname>/", views.node, name="node"),
     path("gpus/<int:pk>/health/", views.gpu_health, name="gpu_health"),
     path("queue/", views.queue, name="queue"),
+    path("repair/", repair.repair_queue, name="repair"),
     path("partitions/", views.partitions, name="partitions"),
     path("storage/", views.storage, name="storage"),
     path("tenants/", views.tenants, name="tenants"),

@@ -33,6 +33,7 @@ urlpatterns = [
     path("leases/<uuid:lease_id>/", leases.lease_detail, name="lease"),
     path("leases/<uuid:lease_id>/extend/", leases.lease_extend, name="lease_extend"),
     path("leases/<uuid:lease_id>/release/", leases.lease_release, name="lease_release"),
+    path("leases/<uuid:lease_id>/degraded/", leases.lease_degraded, name="lease_degraded"),
     path("leases/<uuid:lease_id>/cancel/", leases.lease_cancel, name="lease_cancel"),
     path("usage/", tenant_admin.usage, name="usage"),
     path("tenant/members/", throttled("invitations")(tenant_admin.members), name="members"),

@@ -119,7 +119,12 @@ def chart_labels() -> dict[str, str]:
 
 @tenant_page()
 def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
-    from portal.leasing.selectors import lease_connection, lease_events, queue_position
+    from portal.leasing.selectors import (
+        lease_connection,
+        lease_events,
+        lease_faults,
+        queue_position,
+    )
 
     lease = _lease(request, lease_id)
     holding = lease.state in states.HOLDING
@@ -144,6 +149,7 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
         "may_release": lease.state in states.RELEASABLE,
         "may_extend": lease.state in states.EXTENDABLE,
         "preempting": preempting,
+        "faults": list(lease_faults(lease=lease)),
         "live": lease.state in LIVE_STATES,
         "chart_labels": chart_labels(),
         "charts": charts,
@@ -230,3 +236,21 @@ def lease_cancel(request: HttpRequest, lease_id: Any) -> HttpResponse:
 @tenant_page(Role.MEMBER)
 def lease_release(request: HttpRequest, lease_id: Any) -> HttpResponse:
     return _confirm_action(request, lease_id, "release")
+
+
+@tenant_page(Role.MEMBER)
+def lease_degraded(request: HttpRequest, lease_id: Any) -> HttpResponse:
+    """A degraded lease's choice (POST): continue smaller, wait, or release."""
+    from portal.leasing import services
+
+    lease = _lease(request, lease_id)
+    if request.method != "POST":
+        return redirect("web:lease", lease_id=lease.pk)
+    try:
+        services.lease_degraded_choose(actor=request.user, lease=lease,
+                                       choice=request.POST.get("choice", ""))
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, _("Your choice is recorded."))
+    return redirect("web:lease", lease_id=lease.pk)
