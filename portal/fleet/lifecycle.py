@@ -30,16 +30,15 @@ from portal.fleet import hooks
 from portal.fleet.models import ServiceEvent
 from portal.inventory.models import Gpu, Node, Service
 
-S = Service
 ALLOWED: dict[str, frozenset[str]] = {
-    S.IN_SERVICE: frozenset({S.SUSPECT, S.OUT_OF_SERVICE}),
-    S.SUSPECT: frozenset({S.IN_SERVICE, S.OUT_OF_SERVICE}),
-    S.OUT_OF_SERVICE: frozenset({S.VALIDATING}),
-    S.VALIDATING: frozenset({S.IN_SERVICE, S.OUT_OF_SERVICE}),
+    Service.IN_SERVICE: frozenset({Service.SUSPECT, Service.OUT_OF_SERVICE}),
+    Service.SUSPECT: frozenset({Service.IN_SERVICE, Service.OUT_OF_SERVICE}),
+    Service.OUT_OF_SERVICE: frozenset({Service.VALIDATING}),
+    Service.VALIDATING: frozenset({Service.IN_SERVICE, Service.OUT_OF_SERVICE}),
 }
-OFFERED = frozenset({S.IN_SERVICE})
+OFFERED = frozenset({Service.IN_SERVICE})
 # Still granted to the leases that hold it (suspect: cordoned, not fenced).
-KEPT_BY_LEASES = frozenset({S.IN_SERVICE, S.SUSPECT})
+KEPT_BY_LEASES = frozenset({Service.IN_SERVICE, Service.SUSPECT})
 # A part sent to repair this often within the window stays out until an operator returns it.
 FLAP_COUNT = 3
 FLAP_WINDOW = timedelta(hours=24)
@@ -58,7 +57,7 @@ def _node_of(part: Part) -> Node:
 
 def _check(part: Part, to: str) -> None:
     if to not in ALLOWED[part.service]:
-        names = {"from": S(part.service).label.lower(), "to": S(to).label.lower()}
+        names = {"from": Service(part.service).label.lower(), "to": Service(to).label.lower()}
         raise IllegalServiceTransition(
             _("Hardware cannot go from %(from)s to %(to)s.") % names,
             fields={"service": [_("%(from)s → %(to)s is not allowed") % names]})
@@ -80,7 +79,7 @@ def transition(part: Part, to: str, *, cause: str, actor: Any = None, rule: str 
     audit_record(actor=actor if not isinstance(actor, str) else None,
                  action=f"fleet.service.{to}", obj=part,
                  changes={"service": [before, to], "cause": cause, "rule": rule})
-    if to == S.OUT_OF_SERVICE:
+    if to == Service.OUT_OF_SERVICE:
         indexes = [part.index] if isinstance(part, Gpu) else None
         hooks.parts_failed(node.pk, indexes, cause, at or now)
     return event
@@ -89,7 +88,7 @@ def transition(part: Part, to: str, *, cause: str, actor: Any = None, rule: str 
 def flapping(part: Part, now: datetime | None = None) -> bool:
     """Sent to repair ``FLAP_COUNT`` times or more within ``FLAP_WINDOW``."""
     since = (now or clock.now()) - FLAP_WINDOW
-    events = ServiceEvent.objects.filter(node=_node_of(part), to_state=S.OUT_OF_SERVICE,
+    events = ServiceEvent.objects.filter(node=_node_of(part), to_state=Service.OUT_OF_SERVICE,
                                          created__gte=since)
     events = events.filter(gpu=part) if isinstance(part, Gpu) else events.filter(gpu=None)
     return events.count() >= FLAP_COUNT
@@ -108,17 +107,17 @@ def send_to_repair(part: Part, *, cause: str, actor: Any = None, rule: str = "",
     """Out of service, wherever it stands (validating or suspect included); False when it
     already is. A node's GPUs go with it."""
     part = lock_node(part) if isinstance(part, Node) else lock_gpu(part)
-    if part.service == S.OUT_OF_SERVICE:
+    if part.service == Service.OUT_OF_SERVICE:
         return False
-    transition(part, S.OUT_OF_SERVICE, cause=cause, actor=actor, rule=rule, at=at)
+    transition(part, Service.OUT_OF_SERVICE, cause=cause, actor=actor, rule=rule, at=at)
     return True
 
 
 def mark_suspect(part: Part, *, cause: str, actor: Any = None, rule: str = "") -> bool:
     part = lock_node(part) if isinstance(part, Node) else lock_gpu(part)
-    if part.service != S.IN_SERVICE:
+    if part.service != Service.IN_SERVICE:
         return False
-    transition(part, S.SUSPECT, cause=cause, actor=actor, rule=rule)
+    transition(part, Service.SUSPECT, cause=cause, actor=actor, rule=rule)
     return True
 
 
@@ -127,9 +126,9 @@ def repair_queue() -> list[dict[str, Any]]:
     """Nodes and GPUs not in service, oldest first, with their age (the console's queue)."""
     now = clock.now()
     out: list[dict[str, Any]] = []
-    for node in Node.objects.exclude(service=S.IN_SERVICE).order_by("service_since"):
+    for node in Node.objects.exclude(service=Service.IN_SERVICE).order_by("service_since"):
         out.append(_queue_row(node, None, now))
-    for gpu in (Gpu.objects.exclude(service=S.IN_SERVICE).select_related("node")
+    for gpu in (Gpu.objects.exclude(service=Service.IN_SERVICE).select_related("node")
                 .order_by("service_since")):
         out.append(_queue_row(gpu.node, gpu, now))
     return sorted(out, key=lambda r: r["since"] or now)

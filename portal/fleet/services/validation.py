@@ -25,13 +25,13 @@ from portal.fleet.selectors import pending_validation
 from portal.fleet.services.desired import node_desired_set
 from portal.inventory.models import Gpu, Node, Service
 
-S = Service
 DEFAULT_LEVEL = 2  # after a failure (NVIDIA's DCGM guidance)
 
 
 def _parts_validating(node: Node) -> list[Node | Gpu]:
-    parts: list[Node | Gpu] = [node] if node.service == S.VALIDATING else []
-    return parts + list(Gpu.objects.select_for_update().filter(node=node, service=S.VALIDATING))
+    parts: list[Node | Gpu] = [node] if node.service == Service.VALIDATING else []
+    return parts + list(Gpu.objects.select_for_update().filter(node=node,
+                                                               service=Service.VALIDATING))
 
 
 @transaction.atomic
@@ -42,7 +42,7 @@ def validate(*, part: Node | Gpu, actor: Any = None, level: int = DEFAULT_LEVEL,
     if level not in (1, 2, 3):
         raise ApplicationError(_("Level must be 1, 2 or 3."), fields={"level": [_("invalid")]})
     locked = lifecycle.lock_node(part) if isinstance(part, Node) else lifecycle.lock_gpu(part)
-    lifecycle.transition(locked, S.VALIDATING, actor=actor,
+    lifecycle.transition(locked, Service.VALIDATING, actor=actor,
                          cause=reason or f"validation requested (level {level})")
     node = locked if isinstance(locked, Node) else locked.node
     run = pending_validation(node)
@@ -98,7 +98,7 @@ def _settle(part: Node | Gpu, run: NodeValidation, checks: list[dict[str, Any]])
     failed = _failed_checks(checks, part if isinstance(part, Gpu) else None)
     if not run.passed and (failed or isinstance(part, Node)):
         cause = "validation failed: " + ("; ".join(failed) or "no detail")
-        lifecycle.transition(part, S.OUT_OF_SERVICE, cause=cause, rule="validation")
+        lifecycle.transition(part, Service.OUT_OF_SERVICE, cause=cause, rule="validation")
     elif lifecycle.flapping(part):
         part.service_cause = "passed validation; it flaps — an operator returns it"
         part.save(update_fields=["service_cause"])
@@ -109,7 +109,7 @@ def _settle(part: Node | Gpu, run: NodeValidation, checks: list[dict[str, Any]])
 
 def return_to_service(part: Node | Gpu, *, cause: str, actor: Any = None) -> None:
     """Validating → in service (the part is locked by the caller); a GPU's symptom clears."""
-    lifecycle.transition(part, S.IN_SERVICE, cause=cause, actor=actor)
+    lifecycle.transition(part, Service.IN_SERVICE, cause=cause, actor=actor)
     if isinstance(part, Gpu) and part.health != Gpu.Health.HEALTHY:
         part.health = Gpu.Health.HEALTHY
         part.save(update_fields=["health"])
@@ -121,7 +121,7 @@ def operator_return(*, part: Node | Gpu, actor: Any, reason: str) -> None:
     locked = lifecycle.lock_node(part) if isinstance(part, Node) else lifecycle.lock_gpu(part)
     node = locked if isinstance(locked, Node) else locked.node
     last = NodeValidation.objects.filter(node=node, finished_at__isnull=False).first()
-    if locked.service != S.VALIDATING or last is None or not last.passed:
+    if locked.service != Service.VALIDATING or last is None or not last.passed:
         raise lifecycle.IllegalServiceTransition(
             _("Only hardware that passed its last validation can return to service."),
             fields={"service": [_("validate it first")]})
