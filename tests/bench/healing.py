@@ -40,6 +40,7 @@ from agents.config import NODE_DEFAULTS
 from agents.host import write_fake_proc
 from agents.sysfs.faketree import FakeSysfsWriter
 from tests.bench.real_agents import (
+    TERMINAL_STATES,
     Ibsim,
     NodeHost,
     SubnetManager,
@@ -259,8 +260,12 @@ def run(stack: Stack, o: argparse.Namespace) -> int:
           flush=True)
     by_name = {h.hostname: h for h in hosts}
     outcomes = [_scenario(stack, fault, by_name, procs, o.timeout) for fault in o.faults]
+    stack.wait_settled(timeout=120, ok=TERMINAL_STATES)  # every lease released and ended
+    time.sleep(3)  # the last teardown reports
     sm.stop.set()
-    ok = _report(outcomes, o.unreachable_after)
+    # the threshold in force: the setting, and at least 3 missed reports (fleet.intervals)
+    threshold = max(o.unreachable_after, 3 * 10.0)
+    ok = _report(outcomes, threshold)
     problems = check_invariants(stack)
     print(f"invariants: {problems or 'hold'}")
     return 0 if ok and not problems else 1
