@@ -8,7 +8,7 @@ are not offered to anyone else (``selectors.unreachable_node_ids``) until staff 
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -195,15 +195,27 @@ def evaluate(*, node: Node, gpus: dict[int, dict[str, Any]],
     events, add, drop = _changes(gpus, prev_gpus, ports, prev_ports, xid_events)
     for index, uuid, health, reason in events:
         gpu = gpu_quarantine(node=node, index=index, uuid=uuid, health=health, reason=reason)
+        at = _event_time(xid_events, gpu.uuid) if gpu is not None else None
         if gpu is not None and health == LOST:  # off the bus: the node needs a reboot
-            faults.node_failed(node=node, cause=f"GPU {gpu.index} {reason}", rule=reason)
+            faults.node_failed(node=node, cause=f"GPU {gpu.index} {reason}", rule=reason,
+                               at=at)
         elif gpu is not None:
-            faults.gpu_failed(gpu=gpu, cause=reason, rule=reason)
+            faults.gpu_failed(gpu=gpu, cause=reason, rule=reason, at=at)
     if add or drop:
         _merge(node, add, drop)
     down = [a for a in add if a["key"].endswith(":link")]
     if down:
         faults.node_failed(node=node, cause=down[0]["message"], rule="ib_port_down")
+
+
+def _event_time(xid_events: list[dict[str, Any]], uuid: str) -> datetime | None:
+    """The agent's own time of the GPU's first XID in this report (the billing boundary,
+    ADR 0220); None: the report's arrival."""
+    stamps = [e["ts"] for e in xid_events if e.get("gpu_uuid") == uuid
+              and isinstance(e.get("ts"), int | float)]
+    if not stamps:
+        return None
+    return datetime.fromtimestamp(min(stamps), tz=UTC)
 
 
 @transaction.atomic
