@@ -103,6 +103,11 @@ bench-latency-demo: $(STAMP)
 bench-real-agents: $(STAMP)
 	$(PY) -m tests.bench.real_agents --nodes 8
 
+# issue 27: faults injected into running real agents; fault -> fenced / replacement active
+.PHONY: bench-healing-agents
+bench-healing-agents: $(STAMP)
+	$(PY) -m tests.bench.healing --nodes 8
+
 .PHONY: blackbox
 blackbox: $(STAMP)  ## the black-box security harness (docs/security.md)
 	$(PY) -m tests.security.blackbox
