@@ -163,3 +163,28 @@ def test_released_lease_does_not_wait_for_its_dead_node(big_pool: dict[str, Any]
     lease.refresh_from_db()
     assert lease.condition == Condition.HEALTHY
     assert LeaseFault.objects.get(lease=lease).resolution == LeaseFault.Resolution.RELEASED
+
+
+def test_a_replacement_is_not_a_new_order_against_the_quota(big_pool: dict[str, Any]) -> None:
+    """A tenant at its GPU quota still gets its failed node replaced."""
+    Quota.objects.filter(tenant=big_pool["a"]).update(max_gpus=16)
+    lease = order(big_pool, nodes=2, locality="leaf", locality_required=True)
+    dead = Node.objects.get(hostname=sorted(live_nodes(lease))[0])
+    faults.node_failed(node=dead, cause="agent silent", rule="agent_silent")
+    drive()
+    lease.refresh_from_db()
+    assert lease.condition == Condition.HEALTHY and len(live_nodes(lease)) == 2
+
+
+def test_spot_work_gives_way_to_a_repair(big_pool: dict[str, Any]) -> None:
+    lease = order(big_pool, nodes=2, locality="leaf", locality_required=True)
+    leaf = leaf_of(sorted(live_nodes(lease))[0])
+    spot = [order(big_pool, gpu_count=8, priority="spot") for _ in range(4)]
+    (beside,) = [s for s in spot if leaf_of(live_nodes(s).pop()) == leaf]
+    dead = Node.objects.get(hostname=sorted(live_nodes(lease))[0])
+    faults.node_failed(node=dead, cause="xid 79", rule="xid.79")
+    drive()
+    lease.refresh_from_db()
+    beside.refresh_from_db()
+    assert lease.condition == Condition.HEALTHY and len(live_nodes(lease)) == 2
+    assert beside.state in (S.PREEMPTED, S.RELEASING)
