@@ -34,7 +34,7 @@ from portal.fleet.models import (
     PortTelemetry,
 )
 from portal.fleet.models.agents import Role
-from portal.fleet.services import cleaning, health, telemetry_pg, validation
+from portal.fleet.services import cleaning, health, restore, telemetry_pg, validation
 from portal.fleet.services.samples import (
     SampleRow,
     gpu_sample_rows,
@@ -122,6 +122,7 @@ def _ingest(agent: Agent, body: dict[str, Any], now: datetime, newest: bool,
     if agent.role == Role.FABRIC:
         if accepted and newest:
             _fabric_observed(body["observed"])
+            restore.fabric_resync(observed=body["observed"])
     else:
         assert agent.node is not None
         if accepted and _node_report(agent.node, body, newest, plan):
@@ -244,6 +245,7 @@ def _node_report(node: Node, body: dict[str, Any], newest: bool,
     if plan.observed is None:
         return False
     _node_observed(node, plan.observed)
+    restore.node_resync(node=node, observed=plan.observed["document"])  # after a restore
     result = plan.observed["document"].get("validation")
     if isinstance(result, dict):  # a repaired node proving itself (services.validation)
         validation.observed(node=node, result=result)
