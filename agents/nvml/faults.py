@@ -106,44 +106,59 @@ def _remap(gpu: FakeGpu, what: Any) -> None:
         raise FaultError('remap: must be "pending" or "failure"')
 
 
-class FaultFile:
-    """Follows one control file; ``poll()`` applies what was appended since the last."""
+class LineFollower:
+    """The JSON lines appended to a file since the last ``read`` (a partial last line
+    waits for its newline; a missing file is no lines). Bad JSON is given back as
+    ``FaultError`` items, for the caller to log and skip."""
 
-    def __init__(self, path: Path | str, api: FakeNvml,
-                 on_clear: Callable[[str], None] | None = None) -> None:  # fmt: skip
-        self.path, self.api, self.on_clear = Path(path), api, on_clear
-        self.offset = 0
-        self.applied = 0
-        self.skipped = 0
+    def __init__(self, path: Path | str) -> None:
+        self.path, self.offset = Path(path), 0
 
-    def poll(self) -> int:
-        """Apply the new complete lines; returns how many were applied."""
+    def read(self) -> list[Any]:
         try:
             with self.path.open("rb") as f:
                 f.seek(self.offset)
                 data = f.read()
         except OSError:
-            return 0  # not written yet
+            return []
         end = data.rfind(b"\n") + 1
         self.offset += end
-        applied, xids = 0, False
+        out: list[Any] = []
         for raw in data[:end].splitlines():
             if raw.strip():
-                kind = self._one(raw)
-                applied += kind is not None
-                xids = xids or kind == "xid"
-        if xids:  # the XID watcher has recorded them before this sample reads
+                try:
+                    out.append(json.loads(raw))
+                except ValueError as exc:
+                    out.append(FaultError(f"not JSON: {exc}"))
+        return out
+
+
+class FaultFile:
+    """Follows one control file; ``poll()`` applies what was appended since the last."""
+
+    def __init__(self, path: Path | str, api: FakeNvml,
+                 on_clear: Callable[[str], None] | None = None) -> None:  # fmt: skip
+        self.lines, self.api, self.on_clear = LineFollower(path), api, on_clear
+        self.applied = 0
+        self.skipped = 0
+
+    def poll(self) -> int:
+        """Apply the new complete lines; returns how many were applied."""
+        kinds = [self._one(line) for line in self.lines.read()]
+        if "xid" in kinds:  # the XID watcher has recorded them before this sample reads
             self.api.settle()
+        applied = sum(kind is not None for kind in kinds)
         self.applied += applied
         return applied
 
-    def _one(self, raw: bytes) -> str | None:
+    def _one(self, line: Any) -> str | None:
         try:
-            line = json.loads(raw)
+            if isinstance(line, FaultError):
+                raise line
             kind = apply_fault(self.api, line)
-        except (ValueError, FaultError) as exc:
+        except FaultError as exc:
             self.skipped += 1
-            log.warning("bad fault line skipped", extra={"path": str(self.path),
+            log.warning("bad fault line skipped", extra={"path": str(self.lines.path),
                                                          "error": str(exc)[:200]})
             return None
         if kind == "clear" and self.on_clear is not None:
