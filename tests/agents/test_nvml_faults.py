@@ -48,7 +48,7 @@ class Rig:
         return to_wire(self.sampler.sample())
 
     def gpu(self, index: int) -> dict[str, Any]:
-        return self.sample()["gpus"][index]
+        return dict(self.sample()["gpus"][index])
 
 
 @pytest.fixture
