@@ -145,3 +145,15 @@ def test_running_agent_runs_a_desired_validation_and_reports_its_result(
                               and "finished_at" in r["observed"]["validation"])
     assert passed["observed"]["validation"]["passed"] is True
     assert protocol.validate_report(passed) == [] and running.portal.rejected == []
+
+
+def test_fake_faults_without_the_fake_nvml_is_a_config_error(tmp_path: Path) -> None:
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(f'[portal]\nurl = "http://127.0.0.1:9"\n[agent]\nstate_dir = '
+                   f'"{tmp_path / "state"}"\n[hardware]\nsysfs_root = "{tmp_path}"\n'
+                   f'access_root = "{tmp_path}"\nfake_faults = "{tmp_path / "f.jsonl"}"\n')
+    proc = subprocess.run([sys.executable, "-m", "agents", "node", "--config", str(cfg)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "LD_LIBRARY_PATH": "/nonexistent"})
+    assert proc.returncode == 2
+    assert "fake_faults needs hardware.fake_gpus" in proc.stderr
