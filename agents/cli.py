@@ -9,6 +9,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -16,19 +17,22 @@ from prometheus_client import CollectorRegistry
 
 from agents import config, jsonlog
 from agents.client.portal import PortalClient
-from agents.host import FakeHost, HostCollector, host_for_root
+from agents.host import FakeHost, HostCollector, RealHost, host_for_root
 from agents.metrics import MetricsServer, SampleCollector, render_sample
 from agents.node.access import FileAccess
 from agents.node.agent import AgentSettings, NodeAgent
 from agents.node.apply import NodeApplier
 from agents.node.cleaning import GpuCleaner
+from agents.node.dcgm import DcgmRunner
 from agents.node.ipoib import IpLinkIpoib, IpoibManager, SysfsIpoib
+from agents.node.validate import NodeValidator
 from agents.nvml import binding
-from agents.nvml.collector import NvmlCollector
+from agents.nvml.collector import GpuSystemSample, NvmlCollector
 from agents.nvml.fake import FakeNvml
+from agents.nvml.faults import FaultFile
 from agents.nvml.xid import XidWatcher
 from agents.sysfs.infiniband import InfinibandCollector
-from agents.telemetry import Sampler, to_wire
+from agents.telemetry import NodeSample, Sampler, to_wire
 
 log = logging.getLogger("agents")
 
@@ -117,14 +121,45 @@ def build_applier(hw: dict[str, Any], sampler: Sampler, api: Any) -> NodeApplier
     }
     return NodeApplier(sampler.ib, FileAccess(hw["access_root"], host=host),
                        managers.get(hw["ipoib"]), hw["ipoib_parent"],
-                       cleaner=GpuCleaner(api, host))  # fmt: skip
+                       cleaner=GpuCleaner(api, host),
+                       validator=build_validator(hw, sampler, host))  # fmt: skip
+
+
+def build_validator(hw: dict[str, Any], sampler: Sampler, host: Any) -> NodeValidator:
+    """Validation reads the hardware afresh (not the sampler's rates); ``dcgmi`` runs on
+    the real host only, with its own time limit (a sandbox has no dcgmi)."""
+    timeout = float(hw["dcgm_timeout_s"])
+    dcgm = DcgmRunner(RealHost(timeout_s=timeout), timeout) if isinstance(host, RealHost) \
+        else DcgmRunner(host, timeout, which=lambda name: None)
+
+    def telemetry() -> dict[str, Any]:
+        gpus = sampler.nvml.collect() if sampler.nvml is not None else GpuSystemSample(
+            available=False, error=sampler.nvml_error or "NVML not loaded")
+        return to_wire(NodeSample(time.time(), sampler.host.collect(), gpus, sampler.ib.collect()))
+
+    return NodeValidator(telemetry, dcgm)
+
+
+def _fault_file(hw: dict[str, Any], sampler: Sampler, api: Any) -> None:
+    """``fake_faults``: the fake NVML follows a control file (``agents.nvml.faults``)."""
+    if not hw["fake_faults"]:
+        return
+    if not isinstance(api, FakeNvml):
+        raise config.ConfigError("hardware.fake_faults needs hardware.fake_gpus (the fake NVML)")
+    nvml = sampler.nvml
+    faults = FaultFile(hw["fake_faults"], api, on_clear=nvml.forget if nvml else None)
+    sampler.before_sample = faults.poll
 
 
 def cmd_node(args: argparse.Namespace) -> int:
     cfg = config.load(args.config, config.NODE_DEFAULTS)
     jsonlog.setup(cfg["log"]["level"])
     hw = cfg["hardware"]
+    for key in ("fake_gpus", "fake_faults"):  # the command line over agent.toml
+        if getattr(args, key) is not None:
+            hw[key] = getattr(args, key)
     sampler, api = build_sampler(hw["sysfs_root"], hw["proc_root"], hw["fake_gpus"])
+    _fault_file(hw, sampler, api)
     watcher = None
     if api is not None and sampler.nvml is not None:
         watcher = XidWatcher(api, sampler.nvml)
@@ -227,6 +262,8 @@ def parser() -> argparse.ArgumentParser:
     node.add_argument("--sysfs-root", default="/sys")
     node.add_argument("--proc-root", default="/proc")
     node.add_argument("--fake-gpus", default=None, help="e.g. h100x8 or h100x4,a100x4")
+    node.add_argument("--fake-faults", default=None, type=str,
+                      help="JSON-lines fault control file for the fake NVML (with --fake-gpus)")
     node.add_argument("--format", choices=("json", "prometheus"), default="json")
     fabric = sub.add_parser("fabric", help="subnet-manager host agent")
     fabric.add_argument("--config", type=Path, required=True, help="fabric.toml")

@@ -23,8 +23,9 @@ NODE_DEFAULTS: dict[str, dict[str, Any]] = {
         "report_interval_s": 10.0, "max_spooled_reports": 10_000, "long_poll_s": 30,
     },
     "hardware": {
-        "sysfs_root": "/sys", "proc_root": "/proc", "fake_gpus": "",
+        "sysfs_root": "/sys", "proc_root": "/proc", "fake_gpus": "", "fake_faults": "",
         "ipoib": "none", "ipoib_parent": "ib0", "access_root": "/",
+        "dcgm_timeout_s": 1800.0,  # a validation's dcgmi diag (level 3 is ~15 min)
     },
     "metrics": {"listen": "0.0.0.0:9400"},
     "log": {"level": "INFO"},

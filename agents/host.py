@@ -96,8 +96,12 @@ class HostCommands(Protocol):
     def run(self, argv: Sequence[str]) -> CommandResult: ...
 
 
+TIMED_OUT = 124  # the exit status of a command that ran past its limit (as timeout(1))
+
+
 class RealHost:
-    """Runs the command on this machine (never raises for a non-zero exit)."""
+    """Runs the command on this machine (never raises for a non-zero exit); a command
+    past ``timeout_s`` is killed and answers ``TIMED_OUT``."""
 
     def __init__(self, timeout_s: float = 30.0) -> None:
         self.timeout_s = timeout_s
@@ -106,7 +110,9 @@ class RealHost:
         try:
             done = subprocess.run(list(argv), check=False, capture_output=True, text=True,
                                   timeout=self.timeout_s)  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired) as exc:
+        except subprocess.TimeoutExpired:
+            return CommandResult(TIMED_OUT, "", f"timed out after {self.timeout_s:g} s")
+        except OSError as exc:
             return CommandResult(127, "", f"{type(exc).__name__}: {exc}")
         return CommandResult(done.returncode, done.stdout, done.stderr)
 

@@ -14,6 +14,9 @@ hardware is imaginary.
 "gpus": [uuid, ...]}}`` (the identities the portal's inventory already holds); without
 it hostnames are ``--hostname-prefix`` + index and GUIDs are derived from the index.
 Prints JSON progress on stderr and a JSON summary on stdout (``--summary`` also to a file).
+``--control PATH``: a JSON-lines file of faults to inject while running (``agents.simfaults``:
+XIDs, ECC, row remaps, ports down, silent agents, clear); a node reports right after a
+fault is applied; the summary counts ``faults_applied``.
 SIGUSR1 pauses (or resumes) the regular reports, to measure what idle long-polls cost
 alone; SIGUSR2 writes the summary so far to ``--summary``; SIGHUP starts a measurement
 window (the summary's ``latency_window``: per endpoint, only what came after it).
@@ -34,11 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from agents import __version__, protocol
+from agents.simfaults import ControlFile, unless_silenced
 from agents.simhttp import HttpError, Pool, Response
 from agents.simnode import SimNode, telemetry_template
 from agents.simstats import Stats
 
 MIN_REPORT_INTERVAL_S = 10
+URGENT = ("converged_reports", "fault_reports")  # sent because something changed
 ENROL_TIMEOUT_S = 120.0  # an enrolment answered late is still an enrolment: do not resend
 
 
@@ -67,6 +72,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--duration", type=float, default=0.0, help="seconds; 0 = until SIGTERM")
     p.add_argument("--summary", type=Path, help="also write the summary JSON here")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--control", type=Path,
+                   help="JSON-lines fault control file, re-read every loop (agents.simfaults)")
 
 
 class Fleet:
@@ -88,6 +95,8 @@ class Fleet:
         self.epoch = time.monotonic()
         self.tasks: set[asyncio.Task[None]] = set()
         self.interval_known = asyncio.Event()
+        self.control = ControlFile(args.control, {n.hostname: n for n in nodes}) \
+            if args.control else None
 
     async def call(self, node: SimNode, method: str, path: str, endpoint: str,
                    body: Any = None, params: dict[str, Any] | None = None,
@@ -157,10 +166,12 @@ class Fleet:
         heapq.heappush(self.due, (when, node.index))
 
     async def report(self, node: SimNode, why: str = "reports") -> None:
+        if node.faults.silent or not node.node_id:  # a dead agent sends nothing
+            return
         async with node.lock:  # one at a time per node, in seq order (as the spool sends)
             body = node.report(time.time())
             resp = await self.call(node, "POST", protocol.REPORTS_PATH.format(
-                node_id=node.node_id), "report", body, urgent=why == "converged_reports")
+                node_id=node.node_id), "report", body, urgent=why in URGENT)
             self.stats.count(why if resp is not None else f"{why}_failed")
             if resp is not None:
                 self._follow(json.loads(resp.content))
@@ -171,9 +182,13 @@ class Fleet:
             path = protocol.DESIRED_STATE_PATH.format(node_id=node.node_id)
             wait = self.long_poll_s
             params = {"after_generation": node.generation_seen, "wait": wait}
+            await node.faults.awake.wait()  # a silenced agent does not long-poll
             t0 = time.perf_counter()
-            resp = await self.call(node, "GET", path, "long_poll", params=params,
-                                   timeout=wait + 10.0)
+            poll = self.call(node, "GET", path, "long_poll", params=params,
+                             timeout=wait + 10.0)
+            resp = await (unless_silenced(node.faults, poll) if self.control else poll)
+            if node.faults.silent:
+                continue
             self.stats.count("long_polls")
             if resp is None:
                 await asyncio.sleep(delay * self.rng.uniform(0.5, 1.5))
@@ -184,6 +199,14 @@ class Fleet:
                 self.stats.took("long_poll_late", max(0.0, time.perf_counter() - t0 - wait))
                 continue
             await self._apply(node, json.loads(resp.content))
+
+    async def follow_control(self) -> None:
+        """Apply the control file's new lines each loop; a changed node reports now."""
+        assert self.control is not None
+        while True:
+            for node in self.control.poll():
+                self._spawn(self.report(node, "fault_reports"))
+            await asyncio.sleep(0.05)
 
     async def _apply(self, node: SimNode, desired: dict[str, Any]) -> None:
         if protocol.validate_desired_state(desired, "node"):
@@ -223,7 +246,9 @@ class Fleet:
     def summary(self, elapsed: float) -> dict[str, Any]:
         return {"nodes": len(self.nodes), "elapsed_s": round(elapsed, 1),
                 "long_poll_s": self.long_poll_s, "report_interval_s": self.report_interval_s,
-                "connections_opened": self.pool.opened, **self.stats.summary()}
+                "connections_opened": self.pool.opened, **self.stats.summary(),
+                **({"faults_applied": self.control.applied,
+                    "faults_skipped": self.control.skipped} if self.control else {})}
 
     def toggle_pause(self) -> None:
         self.paused = not self.paused
@@ -267,6 +292,8 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
     gate = asyncio.Semaphore(args.enrol_concurrency)
     tasks = [asyncio.create_task(fleet.run_node(n, gate)) for n in nodes]
     tasks += [asyncio.create_task(fleet.heartbeats()), asyncio.create_task(fleet.progress())]
+    if fleet.control is not None:
+        tasks.append(asyncio.create_task(fleet.follow_control()))
     if args.duration:
         loop.call_later(args.duration, stop.set)
     await stop.wait()

@@ -4,7 +4,9 @@ Telemetry comes from ONE sample of the real sampler (fake NVML ``h100x8`` + a fa
 tree), re-labelled per node (hostname, GPU UUIDs, port GUIDs, current P_Keys) with moving
 counters, so reports have the production shape and size without 10,000 sysfs trees.
 Observed partitions are computed by the agent's own ``check_partitions``; the simulated
-subnet manager gives each port exactly the keys its desired state asks for.
+subnet manager gives each port exactly the keys its desired state asks for. Faults
+injected from the simulator's control file (``agents.simfaults``) show in the telemetry;
+a desired ``validation`` runs the agent's own checks on it (``agents.node.validate``).
 """
 
 from __future__ import annotations
@@ -12,13 +14,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import tempfile
+import time
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from agents import protocol
+from agents.node.dcgm import NOT_INSTALLED
 from agents.node.partitions import check_partitions, expected_pkeys
+from agents.node.validate import Baseline, hardware_checks, result
+from agents.simfaults import NodeFaults
 from agents.sysfs.infiniband import IbDevice, IbPort
 
 Port = tuple[str, int, str, str]  # device, port, port GUID (0x…), node GUID (0x…)
@@ -78,6 +84,8 @@ class SimNode:
     pkeys: dict[str, list[str]] = field(default_factory=dict)  # port GUID -> table
     bytes_moved: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    faults: NodeFaults = field(default_factory=NodeFaults)
+    validation: dict[str, Any] | None = None
 
     @classmethod
     def build(cls, index: int, hostname: str, token: str, known: dict[str, Any] | None,
@@ -104,7 +112,9 @@ class SimNode:
                               "ib_ports": [{k: p.get(k) for k in port_keys}
                                            for p in sample["ib_ports"]]}}
 
-    def sample(self, now: float) -> dict[str, Any]:
+    def sample(self, now: float, drain: bool = True) -> dict[str, Any]:
+        """One telemetry item as this node's (faulted) hardware reads; ``drain``: the
+        injected XID events go out with it (once)."""
         t = self.template
         self.bytes_moved += 10**9
         port0 = t["ib_ports"][0]
@@ -115,8 +125,9 @@ class SimNode:
                                "port_rcv_data": self.bytes_moved // 4}}
                  for d, p, g, n in self.ports]
         gpus = [{**g, "uuid": self.gpu_uuids[i]} for i, g in enumerate(t["gpus"])]
-        return {**t, "ts": round(now, 3), "host": {**t["host"], "hostname": self.hostname},
-                "gpus": gpus, "ib_ports": ports}
+        sample = {**t, "ts": round(now, 3), "host": {**t["host"], "hostname": self.hostname},
+                  "gpus": gpus, "ib_ports": ports}
+        return self.faults.decorate(sample, drain)
 
     def report(self, now: float) -> dict[str, Any]:
         self.seq += 1
@@ -132,7 +143,18 @@ class SimNode:
                 "partitions": check_partitions(self.devices(), self.desired),
                 "ipoib_children": [],
                 "access_grants": [{"account": g["account"], "lease_id": g["lease_id"],
-                                   "state": "present"} for g in grants]}
+                                   "state": "present"} for g in grants],
+                **({"validation": self.validation} if self.validation else {})}
+
+    def validate(self, request: dict[str, Any], now: float) -> None:
+        """The agent's checks on what this node reports now (no dcgmi on a simulated
+        node): passed unless an injected fault is still present."""
+        if self.validation is not None and self.validation["id"] == request["id"]:
+            return
+        baseline = Baseline()
+        baseline.observe(self.template)
+        checks = hardware_checks(self.sample(now, drain=False), baseline)
+        self.validation = result(request, [*checks, dict(NOT_INSTALLED)], now)
 
     def devices(self) -> list[IbDevice]:
         by_dev: dict[str, IbDevice] = {}
@@ -151,6 +173,8 @@ class SimNode:
         if generation < self.generation_applied:
             return
         self.desired = desired
+        if desired.get("validation"):
+            self.validate(desired["validation"], time.time())
         for _, _, guid, _ in self.ports:
             keys = sorted(expected_pkeys(desired, guid))
             self.pkeys[guid] = ["0xffff", *(f"0x{k:04x}" for k in keys)]

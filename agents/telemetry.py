@@ -40,8 +40,12 @@ class Sampler:
         self.xid_source = xid_source
         self.clock = clock
         self.rates = RateTracker()
+        self.before_sample: Callable[[], object] | None = None  # e.g. a fault file's poll
+
 
     def sample(self) -> NodeSample:
+        if self.before_sample is not None:
+            self.before_sample()
         ts = self.clock()
         devices = self.ib.collect()
         if self.nvml is not None:

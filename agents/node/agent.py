@@ -72,6 +72,10 @@ class NodeAgent:
         self.on_sample: Callable[[Any], None] | None = None
         if hasattr(applier, "submit"):  # the fabric's: tells when a map is done, at once
             setattr(applier, "on_change", self.wake.set)  # noqa: B010
+        self.validator = getattr(applier, "validator", None)
+        if self.validator is not None:  # a finished validation is reported at once
+            self.validator.on_done = self.wake.set
+            self.validator.baseline.load(self._inventory_path)
         self._load_credential()
 
     # --- enrolment -----------------------------------------------------------------
@@ -90,6 +94,10 @@ class NodeAgent:
         self.s.state_dir.mkdir(parents=True, exist_ok=True)
         atomic_write(self._cred_path, json.dumps(cred.__dict__), 0o600)
 
+    @property
+    def _inventory_path(self) -> Path:
+        return self.s.state_dir / "inventory.json"
+
     def enrolled(self) -> bool:
         return self.client.credential is not None
 
@@ -104,6 +112,9 @@ class NodeAgent:
         }  # fmt: skip
         cred = self.client.enrol(request)
         self._save_credential(cred)
+        atomic_write(self._inventory_path, json.dumps(request["inventory"]), 0o600)
+        if self.validator is not None:  # what validation compares a repaired node with
+            self.validator.baseline.observe(request["inventory"])
         log.info("enrolled", extra={"node_id": cred.node_id})
 
     # --- intervals: the portal's, as the fleet grows (§8, ADR 0160) -------------------
@@ -197,7 +208,10 @@ class NodeAgent:
         observe = getattr(self.applier, "observe_devices", None)
         if observe is not None:
             observe(sample.ib)
-        self.pending.append(to_wire(sample))
+        wire = to_wire(sample)
+        if self.validator is not None:
+            self.validator.baseline.observe(wire)
+        self.pending.append(wire)
         del self.pending[: -protocol.MAX_TELEMETRY_PER_REPORT]
 
     def _spool_report(self) -> int:

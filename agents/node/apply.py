@@ -3,8 +3,10 @@
 Grants end on the agent too: a grant whose ``not_after`` has passed is removed by
 ``expire_grants`` (called from the agent's loop, portal reachable or not) and is never
 re-created from a stale desired state. Tearing a grant down cleans its GPUs
-(``cleaning.py``). ``converged()`` re-reads what the node waits for (P_Key tables in
-sysfs, IPoIB children, grants) so the agent can report the moment it converges.
+(``cleaning.py``). A desired ``validation`` with a new id starts a validation run
+(``validate.py``, in its own thread); its result is in observed state. ``converged()``
+re-reads what the node waits for (P_Key tables in sysfs, IPoIB children, grants) so the
+agent can report the moment it converges.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from agents.node.access import AccessManager, Grant
 from agents.node.cleaning import GpuCleaner
 from agents.node.ipoib import IpoibManager
 from agents.node.partitions import check_partitions
+from agents.node.validate import NodeValidator
 from agents.sysfs.infiniband import IbDevice, InfinibandCollector
 
 log = logging.getLogger("agents.node.apply")
@@ -28,9 +31,10 @@ class NodeApplier:
     def __init__(self, ib: InfinibandCollector, access: AccessManager,
                  ipoib: IpoibManager | None = None, ipoib_parent: str = "ib0",
                  cleaner: GpuCleaner | None = None,
-                 wall: Callable[[], float] = time.time) -> None:  # fmt: skip
+                 wall: Callable[[], float] = time.time,
+                 validator: NodeValidator | None = None) -> None:  # fmt: skip
         self.ib, self.access, self.ipoib, self.ipoib_parent = ib, access, ipoib, ipoib_parent
-        self.cleaner, self.wall = cleaner, wall
+        self.cleaner, self.wall, self.validator = cleaner, wall, validator
         self._lock = threading.RLock()
         self.generation_applied = 0
         self.generation_seen = 0
@@ -55,6 +59,8 @@ class NodeApplier:
         self.errors = []
         self._grants()
         self._ipoib(desired.get("partitions", []))
+        if self.validator is not None:
+            self.validator.request(desired.get("validation"))
         self.last_devices = self.ib.partitions_view()  # the report after shows this moment
         if not self.errors:
             self.generation_applied = generation
@@ -172,4 +178,7 @@ class NodeApplier:
         }
         if self.cleaning:
             observed["gpu_cleaning"] = [dict(r) for _, r in sorted(self.cleaning.items())]
+        validation = self.validator.result if self.validator is not None else None
+        if validation is not None:
+            observed["validation"] = validation
         return observed

@@ -40,7 +40,27 @@ CONSTANTS: dict[str, int] = {
         "NVML_FEATURE_ENABLED",
         "NVML_DEVICE_MIG_ENABLE",
         "nvmlEventTypeXidCriticalError",
+        "NVML_SUCCESS",
+        "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
+        "nvmlClocksEventReasonHwSlowdown",
+        "nvmlClocksEventReasonHwThermalSlowdown",
+        "nvmlClocksEventReasonHwPowerBrakeSlowdown",
     )
+}
+
+
+# Bits of nvmlDeviceGetCurrentClocksEventReasons that mean the hardware slowed itself down.
+HW_SLOWDOWN: int = pynvml.nvmlClocksEventReasonHwSlowdown  # 0x08
+HW_THERMAL_SLOWDOWN: int = pynvml.nvmlClocksEventReasonHwThermalSlowdown  # 0x40
+HW_POWER_BRAKE_SLOWDOWN: int = pynvml.nvmlClocksEventReasonHwPowerBrakeSlowdown  # 0x80
+HW_CLOCKS_EVENTS: int = HW_SLOWDOWN | HW_THERMAL_SLOWDOWN | HW_POWER_BRAKE_SLOWDOWN
+# NVML_FI_DEV_GET_GPU_RECOVERY_ACTION values (nvmlDeviceGpuRecoveryAction_t).
+RECOVERY_ACTIONS: dict[int, str] = {
+    pynvml.NVML_GPU_RECOVERY_ACTION_NONE: "none",  # 0
+    pynvml.NVML_GPU_RECOVERY_ACTION_GPU_RESET: "gpu_reset",  # 1
+    pynvml.NVML_GPU_RECOVERY_ACTION_NODE_REBOOT: "node_reboot",  # 2
+    pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_P2P: "drain_p2p",  # 3
+    pynvml.NVML_GPU_RECOVERY_ACTION_DRAIN_AND_RESET: "drain_and_reset",  # 4
 }
 
 

@@ -42,6 +42,9 @@ class GpuSample:
     remapped_rows_uncorrectable: int | None = None
     remapped_rows_pending: bool | None = None
     remapped_rows_failure: bool | None = None
+    clocks_event_reasons: int | None = None  # nvmlClocksEventReason* bit mask
+    recovery_action: int | None = None  # NVML_FI_DEV_GET_GPU_RECOVERY_ACTION (0 none)
+    power_limit_w: float | None = None  # enforced power limit
     nvlink_active: list[bool] | None = None
     mig_mode: int | None = None
     last_xid: int | None = None
@@ -55,6 +58,11 @@ class GpuSystemSample:
     driver_version: str | None = None
     nvml_version: str | None = None
     gpus: list[GpuSample] = field(default_factory=list)
+
+
+# c_nvmlValue_t member per NVML_VALUE_TYPE_* (pynvml's nvmlDeviceGetFieldValues)
+_VALUE_ATTRS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+                6: "usVal"}  # fmt: skip
 
 
 class _Lost(Exception):
@@ -84,6 +92,13 @@ class NvmlCollector:
     def mark_lost(self, uuid: str) -> None:
         with self._lock:
             self._lost_uuids.add(uuid)
+
+    def forget(self, uuid: str) -> None:
+        """The GPU was repaired (reset, replaced): drop its XID and lost marks."""
+        with self._lock:
+            self._xid.pop(uuid, None)
+            self._xid_unhealthy.pop(uuid, None)
+            self._lost_uuids.discard(uuid)
 
     def collect(self) -> GpuSystemSample:
         api = self.api
@@ -194,7 +209,32 @@ class NvmlCollector:
             gpu.remapped_rows_pending, gpu.remapped_rows_failure = bool(rows[2]), bool(rows[3])
         mig = r(gpu, "mig_mode", lambda: api.nvmlDeviceGetMigMode(h))
         gpu.mig_mode = int(mig[0]) if mig is not None else None
+        self._faults(gpu, h)
         gpu.nvlink_active = self._nvlinks(gpu, h)
+
+    def _faults(self, gpu: GpuSample, h: Any) -> None:
+        """Clocks event reasons, recovery action, enforced power limit (newer calls: a
+        binding without them leaves the field absent)."""
+        api, r = self.api, self._read
+        reasons = getattr(api, "nvmlDeviceGetCurrentClocksEventReasons", None) \
+            or getattr(api, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        if reasons is not None:
+            value = r(gpu, "clocks_event_reasons", lambda: reasons(h))
+            gpu.clocks_event_reasons = int(value) if value is not None else None
+        limit = r(gpu, "power_limit", lambda: api.nvmlDeviceGetEnforcedPowerLimit(h))
+        gpu.power_limit_w = limit / 1000.0 if limit is not None else None
+        gpu.recovery_action = self._recovery_action(gpu, h)
+
+    def _recovery_action(self, gpu: GpuSample, h: Any) -> int | None:
+        field_id = getattr(self.api, "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION", None)
+        if field_id is None:
+            return None
+        values = self._read(gpu, "recovery_action",
+                            lambda: self.api.nvmlDeviceGetFieldValues(h, [field_id]))
+        if not values or int(values[0].nvmlReturn) != 0:  # per-value NVML_SUCCESS
+            return None  # NotSupported on this GPU / driver: absent
+        attr = _VALUE_ATTRS.get(int(values[0].valueType), "uiVal")
+        return int(getattr(values[0].value, attr))
 
     def _nvlinks(self, gpu: GpuSample, h: Any) -> list[bool] | None:
         states: list[bool] = []

@@ -46,6 +46,8 @@ FIELDS = (
     "nvmlDeviceGetGraphicsRunningProcesses",
     "nvmlDeviceResetGpuLockedClocks", "nvmlDeviceResetMemoryLockedClocks",
     "nvmlDeviceResetApplicationsClocks",
+    "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetFieldValues",
+    "nvmlDeviceGetEnforcedPowerLimit",
 )  # fmt: skip
 
 
@@ -66,6 +68,18 @@ class _Mem:
 class _Util:
     gpu: int
     memory: int
+
+
+@dataclass
+class _FieldValue:  # the fields of pynvml's c_nvmlFieldValue_t the agent reads
+    fieldId: int
+    nvmlReturn: int
+    valueType: int = 1  # NVML_VALUE_TYPE_UNSIGNED_INT
+    uiVal: int = 0
+
+    @property
+    def value(self) -> _FieldValue:  # pynvml: ``fv.value.uiVal``
+        return self
 
 
 @dataclass
@@ -112,6 +126,10 @@ class FakeGpu:
     remapped: tuple[int, int, int, int] = (0, 0, 0, 0)
     unsupported: set[str] = field(default_factory=set)
     lost: bool = False
+    clocks_event_reasons: int = 0  # nvmlClocksEventReason* bits
+    recovery_action: int = 0  # NVML_GPU_RECOVERY_ACTION_*
+    sm_clock_override_mhz: int | None = None  # None: the model's
+    power_limit_mw: int | None = None  # None: the model's max power
 
 
 def parse_spec(spec: str) -> list[str]:
@@ -141,6 +159,7 @@ class FakeNvml:
         self._events: deque[_Event] = deque()
         self._cond = threading.Condition()
         self._registered: set[int] = set()
+        self._handing = False  # an event was returned and the waiter has not come back yet
         self.processes: dict[int, FakeProcess] = {}
         self.resets: list[tuple[int, str]] = []  # (gpu index, NVML reset function)
         self.gpus = [self._make(i, m, host) for i, m in enumerate(parse_spec(spec))]
@@ -164,6 +183,13 @@ class FakeNvml:
             if index in self._registered:
                 self._events.append(_Event(self.gpus[index], 8, xid))
                 self._cond.notify_all()
+
+    def settle(self, timeout_s: float = 1.0) -> bool:
+        """Wait until the XID watcher has taken and handled every injected event (it
+        comes back to ``nvmlEventSetWait`` after handling one); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._events and not self._handing,
+                                       timeout_s)  # fmt: skip
 
     def add_process(self, index: int, pid: int, used_mib: int = 1024, owner: str = "",
                     unkillable: bool = False, graphics: bool = False) -> None:  # fmt: skip
@@ -279,7 +305,24 @@ class FakeNvml:
 
     def nvmlDeviceGetClockInfo(self, h: Any, clock: int) -> int:
         g = self._dev(h, "nvmlDeviceGetClockInfo")
-        return g.model.sm_clock_mhz if clock == self.NVML_CLOCK_SM else g.model.mem_clock_mhz  # type: ignore[attr-defined]
+        if clock == self.NVML_CLOCK_SM:  # type: ignore[attr-defined]
+            return g.model.sm_clock_mhz if g.sm_clock_override_mhz is None \
+                else g.sm_clock_override_mhz
+        return g.model.mem_clock_mhz
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, h: Any) -> int:
+        return self._dev(h, "nvmlDeviceGetCurrentClocksEventReasons").clocks_event_reasons
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, h: Any) -> int:
+        g = self._dev(h, "nvmlDeviceGetEnforcedPowerLimit")
+        return g.model.max_power_w * 1000 if g.power_limit_mw is None else g.power_limit_mw
+
+    def nvmlDeviceGetFieldValues(self, h: Any, field_ids: list[int]) -> list[_FieldValue]:
+        """Per-value ``nvmlReturn`` as the real call: only the recovery action is known."""
+        g = self._dev(h, "nvmlDeviceGetFieldValues")
+        known = {binding.CONSTANTS["NVML_FI_DEV_GET_GPU_RECOVERY_ACTION"]: g.recovery_action}
+        return [_FieldValue(f, 0, uiVal=known[f]) if f in known
+                else _FieldValue(f, binding.NVML_ERROR_NOT_SUPPORTED) for f in field_ids]
 
     def nvmlDeviceGetEccMode(self, h: Any) -> list[int]:
         self._dev(h, "nvmlDeviceGetEccMode")
@@ -338,8 +381,11 @@ class FakeNvml:
 
     def nvmlEventSetWait(self, event_set: object, timeout_ms: int) -> _Event:
         with self._cond:
+            self._handing = False
+            self._cond.notify_all()
             if not self._events:
                 self._cond.wait(timeout_ms / 1000.0)
             if not self._events:
                 raise binding.error(binding.NVML_ERROR_TIMEOUT)
+            self._handing = True
             return self._events.popleft()

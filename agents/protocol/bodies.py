@@ -79,6 +79,12 @@ _GPU = S.Obj((
     S.F("temperature_c", S.Num(min=-1000, max=1000), optional=True),
     S.F("last_xid", S.Int(min=-S.INT32_MAX - 1, max=S.INT32_MAX), optional=True),
     S.F("lost", S.Bool(), optional=True),
+    # optional, additive in v1 (issue 27): what a validation and the health policy read
+    S.F("remapped_rows_pending", S.Bool(), optional=True),
+    S.F("remapped_rows_failure", S.Bool(), optional=True),
+    S.F("clocks_event_reasons", S.Int(max=S.INT64_MAX), optional=True),
+    S.F("recovery_action", S.Int(max=S.INT16_MAX), optional=True),
+    S.F("power_limit_w", S.Num(), optional=True),
     S.F("name", S.Str(max_len=128), optional=True),
     S.F("pci_bus_id", S.Str(max_len=32), optional=True),
 ))
@@ -121,6 +127,25 @@ _CLEANING = S.Obj((
     S.F("not_reset", _OBJECTS, optional=True),
     S.F("checked_at", S.Num(min=0), optional=True),
 ))
+# The latest validation run (optional, additive in v1; agents/node/validate.py).
+_CHECK = S.Obj((
+    S.F("name", S.Str(max_len=64)),
+    S.F("ok", S.Bool()),
+    S.F("detail", S.Str(max_len=1024), optional=True),
+    S.F("gpu_index", S.Int(max=S.INT16_MAX), optional=True),
+    S.F("device", S.Str(max_len=32), optional=True),
+    S.F("port", S.Int(min=1, max=S.INT16_MAX), optional=True),
+    S.F("skipped", S.Bool(), optional=True),
+), max_keys=16)
+_VALIDATION = S.Obj((
+    S.F("id", S.Str(max_len=64)),
+    S.F("level", S.Int(min=1, max=3)),
+    S.F("passed", S.Bool()),
+    S.F("running", S.Bool(), optional=True),
+    S.F("checks", S.Arr(_CHECK, max_len=4096), optional=True),
+    S.F("started_at", _TS, optional=True),
+    S.F("finished_at", _TS, optional=True),
+), max_keys=16)
 _OBSERVED = S.Obj((
     S.F("generation_applied", S.Int()),
     S.F("generation_seen", S.Int(), optional=True),
@@ -129,6 +154,7 @@ _OBSERVED = S.Obj((
     S.F("ipoib_children", _OBJECTS, optional=True),
     S.F("access_grants", _OBJECTS, optional=True),
     S.F("gpu_cleaning", S.Arr(_CLEANING, max_len=256), optional=True),
+    S.F("validation", _VALIDATION, optional=True),
     S.F("manager", S.Str(max_len=32), optional=True),
     S.F("drift", S.Arr(S.Obj(max_keys=16), max_len=100_000), optional=True),
 ))

@@ -18,6 +18,8 @@ _PKEY_RE = re.compile(r"^0x[0-9a-f]{4}$")
 # a lease account's extra environment (NCCL/UCX): names and shell-safe values only
 ENV_NAME_RE = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
 ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9_.,:/=+-]{0,256}$")
+VALIDATION_ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+VALIDATION_LEVELS = (1, 2, 3)
 
 
 # --- validator ----------------------------------------------------------------------
@@ -92,7 +94,22 @@ def validate_desired_state(body: Any, role: str = "node") -> list[Problem]:
     if role == "node":
         for i, grant in enumerate(v.lst(d.get("access_grants", []), "access_grants")):
             _grant(v, grant, f"access_grants[{i}]")
+        if d.get("validation") is not None:
+            _validation(v, d["validation"])
     return v.problems
+
+
+def _validation(v: _V, value: Any) -> None:
+    """``{"id": "vl_…", "level": 1|2|3}``: run a validation (once per new id)."""
+    d = v.obj(value, "validation")
+    if d is None:
+        return
+    vid = v.req(d, "id", str, "validation")
+    if vid is not None and not VALIDATION_ID_RE.match(vid):
+        v.add("validation.id", "must match ^[A-Za-z0-9_.:-]{1,64}$")
+    level = v.req(d, "level", int, "validation")
+    if level is not None and level not in VALIDATION_LEVELS:
+        v.add("validation.level", "must be 1, 2 or 3")
 
 
 def _partition(v: _V, part: Any, pp: str, role: str) -> None:

@@ -140,6 +140,19 @@ class FakeSysfsWriter:
             port.counters[counter] = min(port.counters.get(counter, 0) + delta, limit)
             _write(counters / counter, self._counter_text(hca, port, counter))
 
+    def link_down(self, name: str, port_num: int = 1) -> None:
+        """As :func:`link_down`, keeping this writer's model in step (a later ``write``
+        keeps the link down)."""
+        port = next(p for p in self.hcas[name].ports if p.num == port_num)
+        port.state, port.phys_state = 1, 3
+        self.bump(name, port_num, link_downed=1)
+        set_port_state(self.root, name, port_num, 1, 3)
+
+    def link_up(self, name: str, port_num: int = 1) -> None:
+        port = next(p for p in self.hcas[name].ports if p.num == port_num)
+        port.state, port.phys_state = 4, 5
+        set_port_state(self.root, name, port_num, 4, 5)
+
     def set_pkeys(self, name: str, port_num: int, pkeys: list[int]) -> None:
         hca = self.hcas[name]
         next(p for p in hca.ports if p.num == port_num).pkeys = list(pkeys)
@@ -156,6 +169,49 @@ class FakeSysfsWriter:
             _write(d / "create_child", "")
             _write(d / "delete_child", "")
         return d
+
+
+# --- a running tree changed as the kernel would (the agent reads it in another process) --
+def _port_dir(root: Path | str, device: str, port: int) -> Path:
+    return Path(root) / "class" / "infiniband" / device / "ports" / str(port)
+
+
+def set_port_state(root: Path | str, device: str, port: int = 1, state: int = 1,
+                   phys_state: int = 3) -> None:  # fmt: skip
+    """Write ``state`` / ``phys_state`` as the kernel prints them (``1: DOWN``,
+    ``3: Disabled``; ``4: ACTIVE`` / ``5: LinkUp`` when the link is back)."""
+    p = _port_dir(root, device, port)
+    _write(p / "state", f"{state}: {STATES[state]}\n")
+    _write(p / "phys_state", f"{phys_state}: {PHYS_STATES[phys_state]}\n")
+
+
+def bump_counter(root: Path | str, device: str, port: int, counter: str,
+                 delta: int = 1) -> int:  # fmt: skip
+    """Add ``delta`` to a ``counters/`` file (narrow counters stick at their maximum, as
+    the PMA's do); returns the new value."""
+    path = _port_dir(root, device, port) / "counters" / counter
+    try:
+        current = int(path.read_text().strip() or 0)
+    except (OSError, ValueError):
+        current = 0
+    value = min(current + delta, counter_max(counter, True))
+    _write(path, f"{value}\n")
+    return value
+
+
+def link_down(root: Path | str, device: str, port: int = 1) -> None:
+    """The link is lost: port DOWN / Disabled and ``link_downed`` + 1."""
+    set_port_state(root, device, port, 1, 3)
+    bump_counter(root, device, port, "link_downed")
+
+
+def link_up(root: Path | str, device: str, port: int = 1) -> None:
+    set_port_state(root, device, port, 4, 5)
+
+
+def set_rate(root: Path | str, device: str, port: int, lanes: int, speed: str) -> None:
+    """A link that trained at fewer lanes or a lower speed (``100 Gb/sec (1X NDR)``)."""
+    _write(_port_dir(root, device, port) / "rate", format_rate(lanes, speed) + "\n")
 
 
 def gpu_node_hcas(index: int, count: int = 1) -> list[FakeHca]:
