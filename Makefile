@@ -103,6 +103,11 @@ bench-latency-demo: $(STAMP)
 bench-real-agents: $(STAMP)
 	$(PY) -m tests.bench.real_agents --nodes 8
 
+# issue 27: faults in a running 1,000-node pool at ~80 % leased (HTTP agent simulator)
+.PHONY: bench-healing
+bench-healing: $(STAMP)
+	$(PY) -m tests.bench.healing_fleet --nodes 1000
+
 # issue 27: faults injected into running real agents; fault -> fenced / replacement active
 .PHONY: bench-healing-agents
 bench-healing-agents: $(STAMP)

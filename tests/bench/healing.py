@@ -37,19 +37,17 @@ from pathlib import Path
 from typing import Any
 
 from agents.config import NODE_DEFAULTS
-from agents.host import write_fake_proc
-from agents.sysfs.faketree import FakeSysfsWriter
 from tests.bench.real_agents import (
     TERMINAL_STATES,
     Ibsim,
     NodeHost,
     SubnetManager,
-    _agent_config,
     _hosts,
     _subnet_manager,
     _tokens,
     _wait_enrolled,
     ibsim_available,
+    start_fabric_agent,
 )
 from tests.portal.leasing.stack import PYTHON, Stack, StackConfig, check_invariants
 
@@ -91,17 +89,7 @@ def _start(stack: Stack, hosts: list[NodeHost], base: Path, ibsim: Ibsim | None)
         cfg = _config(host, stack.base_url, token)
         procs[host.hostname] = stack._spawn(f"agent-{host.hostname}", [
             PYTHON, "-m", "agents", "node", "--config", str(cfg)], env)
-    fabric = base / "fabric"
-    FakeSysfsWriter(fabric / "sys")
-    write_fake_proc(fabric / "proc", "sm-host", cpus=2, mem_gib=1)
-    token = _tokens(stack, "fabric", 1, "sm-host")[0]
-    cfg = _agent_config(fabric / "fabric.toml", stack.base_url, token, fabric, "fabric",
-                        ibsim.fabric_config() if ibsim else "")
-    argv = [PYTHON, "-m", "agents", "fabric", "--config", str(cfg)]
-    if ibsim is not None:
-        ibsim.spawn("agent-fabric", argv, env)
-    else:
-        stack._spawn("agent-fabric", argv, env)
+    start_fabric_agent(stack, base, ibsim, env)
     return procs
 
 

@@ -77,6 +77,7 @@ class HttpFleet:
     apply_delay_s: float
     long_poll_s: int = 0  # 0: the timeout the portal gives at enrolment
     proc: subprocess.Popen[bytes] | None = None
+    control: Path | None = None  # faults injected while running (agents.simfaults)
 
     @property
     def summary_path(self) -> Path:
@@ -92,6 +93,9 @@ class HttpFleet:
                 "--inventory", str(inventory), "--report-interval", str(self.report_interval_s),
                 "--apply-delay", str(self.apply_delay_s), "--long-poll", str(self.long_poll_s),
                 "--summary", str(self.summary_path)]
+        if self.control is not None:
+            self.control.touch()
+            argv += ["--control", str(self.control)]
         self.proc = self.stack._spawn("simfleet", argv, {**self.stack.env(),
                                                           "PYTHONPATH": str(ROOT)})
         return time.perf_counter() - began

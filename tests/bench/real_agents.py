@@ -141,6 +141,12 @@ def _start_agents(stack: Stack, hosts: list[NodeHost], base: Path, ibsim: Ibsim 
         cfg = _agent_config(host.root / "agent.toml", stack.base_url, token, host.root, "node")
         stack._spawn(f"agent-{host.hostname}", [PYTHON, "-m", "agents", "node", "--config",
                                                 str(cfg)], env)
+    start_fabric_agent(stack, base, ibsim, env)
+
+
+def start_fabric_agent(stack: Stack, base: Path, ibsim: Ibsim | None,
+                       env: dict[str, str]) -> None:
+    """The real fabric agent: OpenSM on ibsim when given, else its fake driver."""
     fabric = base / "fabric"
     FakeSysfsWriter(fabric / "sys")
     write_fake_proc(fabric / "proc", "sm-host", cpus=2, mem_gib=1)

@@ -562,11 +562,13 @@ def _invariant_violations(q: Callable[..., list[tuple[Any, ...]]]) -> list[str]:
                             + _grant_story(q, node_id, set(grants) ^ wanted.get(node_id, set())))
     for node_id in set(wanted) - seen_nodes:
         problems.append(f"node {node_id}: holders {sorted(wanted[node_id])} but no document")
-    # 9. Simulated agents converged: observed generation = desired generation.
+    # 9. Agents converged: observed generation = desired generation (a node sent to repair
+    #    is not waited for: a dead host cannot converge, its fence is at the fabric).
     rows = q("""SELECT d.node_id, d.generation, o.generation_applied
                 FROM fleet_nodedesiredstate d LEFT JOIN fleet_nodeobservedstate o
-                  ON o.node_id = d.node_id
-                WHERE o.generation_applied IS DISTINCT FROM d.generation LIMIT 5""")
+                  ON o.node_id = d.node_id JOIN inventory_node n ON n.id = d.node_id
+                WHERE o.generation_applied IS DISTINCT FROM d.generation
+                  AND n.service IN ('in_service', 'suspect') LIMIT 5""")
     problems += [f"node not converged: {r}" for r in rows]
     return problems
 
