@@ -28,14 +28,24 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from portal.core import clock
+from portal.core.services import audit_record
 from portal.fleet.lifecycle import KEPT_BY_LEASES
 from portal.inventory.models import Gpu, Node
 from portal.leasing import allocation, notify, states
 from portal.leasing.lifecycle import dispatch, placing, preemption, pushing, releasing, timing
-from portal.leasing.models import LOCK, SLOTS_PER_GPU, Allocation, Condition, Lease, LeaseFault
+from portal.leasing.models import (
+    LOCK,
+    SLOTS_PER_GPU,
+    Allocation,
+    Condition,
+    Lease,
+    LeaseEvent,
+    LeaseFault,
+)
 
 log = logging.getLogger(__name__)
 RUNNING = sorted(states.RUNNING)
+MAX_REPAIR_TRIES = 3  # replacements that did not converge, then escalated to a person
 OPEN = LeaseFault.Resolution.OPEN
 
 
@@ -98,7 +108,7 @@ def heal(lease_id: object) -> None:
         lease = pushing.lock(lease_id)
         if lease is None or lease.state not in states.RUNNING or lease.heal_targets:
             return
-        if lease.condition not in (Condition.HEALING, Condition.DEGRADED):
+        if lease.condition not in (Condition.HEALING, Condition.DEGRADED) or escalated(lease):
             return
         faults = open_faults(lease)
         if not faults:
@@ -204,6 +214,13 @@ def check_healed(lease_id: object) -> None:
             _repair_timed_out(lease)
 
 
+def escalated(lease: Lease) -> bool:
+    """Replacements that did not converge ``MAX_REPAIR_TRIES`` times: no more automatic
+    tries (a stuck remediation is a person's to look at)."""
+    return LeaseEvent.objects.filter(lease=lease, kind="repair_timeout").count() \
+        >= MAX_REPAIR_TRIES
+
+
 def _clear_targets(lease: Lease) -> None:
     lease.heal_targets, lease.heal_deadline = {}, None
     lease.save(update_fields=["heal_targets", "heal_deadline", "updated"])
@@ -245,6 +262,11 @@ def _repair_timed_out(lease: Lease) -> None:
     _clear_targets(lease)
     pushing.push_nodes_of(lease)
     states.record(lease, "repair_timeout", reason="the replacement did not converge in time")
+    if escalated(lease):  # capped: a person looks, the tenant chooses meanwhile
+        _degrade(lease, open_faults(lease))
+        audit_record(actor=None, action="lease.repair_escalated", obj=lease,
+                     changes={"tries": MAX_REPAIR_TRIES})
+        return
     dispatch.step_on_commit("heal", lease.pk)
 
 

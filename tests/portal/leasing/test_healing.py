@@ -188,3 +188,59 @@ def test_spot_work_gives_way_to_a_repair(big_pool: dict[str, Any]) -> None:
     beside.refresh_from_db()
     assert lease.condition == Condition.HEALTHY and len(live_nodes(lease)) == 2
     assert beside.state in (S.PREEMPTED, S.RELEASING)
+
+
+@pytest.fixture
+def one_leaf(db: Any, frozen_clock: Any) -> dict[str, Any]:
+    """6 H100 nodes × 8 on one leaf: room for several replacements of a 2-node gang."""
+    from portal.inventory.generator import ClusterSpec, cluster_generate
+
+    cluster_generate(actor=None, spec=ClusterSpec(nodes=6, gpus_per_node=8, nodes_per_leaf=6,
+                                                  spines=1, model="H100"))
+    a = make_tenant("a")
+    Quota.objects.create(tenant=a, gpu_model="H100", max_gpus=64, guaranteed_gpus=0)
+    return {"a": a, "alice": add_member(a, "alice", Role.ADMIN)}
+
+
+def test_a_stuck_repair_is_retried_a_capped_number_of_times_then_escalated(
+        one_leaf: dict[str, Any]) -> None:
+    """NVSentinel's stuck remediation: a replacement that never converges is tried
+    MAX_REPAIR_TRIES times, then the lease is degraded and a person is told (audit)."""
+    from datetime import timedelta
+
+    from portal.core import clock
+    from portal.core.models import AuditLog
+    from portal.leasing.lifecycle import healing
+
+    lease = order(one_leaf, nodes=2, locality="leaf", locality_required=True)
+    faults.node_failed(node=Node.objects.get(hostname=sorted(live_nodes(lease))[0]),
+                       cause="agent silent", rule="agent_silent")
+    for _ in range(healing.MAX_REPAIR_TRIES):  # each try on another node of the leaf
+        healing.heal(lease.pk)
+        lease.refresh_from_db()
+        assert lease.heal_targets  # a replacement written, waiting for its node
+        clock.advance(timedelta(minutes=10))  # ... which never converges
+        healing.check_healed(lease.pk)
+    lease.refresh_from_db()
+    assert lease.condition == Condition.DEGRADED and not lease.heal_targets
+    assert AuditLog.objects.filter(action="lease.repair_escalated").count() == 1
+    healing.heal(lease.pk)  # no further automatic try
+    lease.refresh_from_db()
+    assert not lease.heal_targets
+
+
+def test_a_stale_xid_replayed_after_a_return_is_ignored(big_pool: dict[str, Any]) -> None:
+    from datetime import timedelta
+
+    from portal.core import clock
+    from portal.core.models import AuditLog
+
+    gpu = Gpu.objects.order_by("pk").first()
+    Gpu.objects.filter(pk=gpu.pk).update(service_since=clock.now())
+    gpu.refresh_from_db()
+    before = clock.now() - timedelta(minutes=5)  # the event predates the return
+    assert not faults.gpu_failed(gpu=gpu, cause="xid 48", rule="xid.48", at=before)
+    gpu.refresh_from_db()
+    assert gpu.service == Service.IN_SERVICE
+    assert AuditLog.objects.filter(action="fleet.stale_event_ignored").exists()
+    assert faults.gpu_failed(gpu=gpu, cause="xid 48", rule="xid.48", at=clock.now())
