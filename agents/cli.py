@@ -167,6 +167,8 @@ def cmd_node(args: argparse.Namespace) -> int:
         sampler.xid_source = watcher.drain
     applier = build_applier(hw, sampler, api)
     agent = NodeAgent(_settings(cfg, "node"), _client(cfg), sampler, applier)
+    if watcher is not None:
+        watcher.on_critical = agent.xid_news
     return _run(agent, cfg, watcher, api)
 
 
