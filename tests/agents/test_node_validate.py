@@ -59,7 +59,7 @@ class Node:
                                self.nvml)
         self.host = FakeHost(handlers=[lambda call: answer if call[1:2] == ("diag",) else None])
         dcgm = DcgmRunner(self.host, 5.0, which=lambda name: dcgmi)
-        self.validator = NodeValidator(lambda: to_wire(self.sampler.sample()), dcgm)
+        self.validator = NodeValidator(lambda: to_wire(self.sampler.snapshot()), dcgm)
         self.validator.baseline.observe(to_wire(self.sampler.sample()))  # as enrolled
 
     def run(self) -> dict[str, Any]:
