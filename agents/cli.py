@@ -9,7 +9,6 @@ import logging
 import signal
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +26,12 @@ from agents.node.dcgm import DcgmRunner
 from agents.node.ipoib import IpLinkIpoib, IpoibManager, SysfsIpoib
 from agents.node.validate import NodeValidator
 from agents.nvml import binding
-from agents.nvml.collector import GpuSystemSample, NvmlCollector
+from agents.nvml.collector import NvmlCollector
 from agents.nvml.fake import FakeNvml
 from agents.nvml.faults import FaultFile
 from agents.nvml.xid import XidWatcher
 from agents.sysfs.infiniband import InfinibandCollector
-from agents.telemetry import NodeSample, Sampler, to_wire
+from agents.telemetry import Sampler, to_wire
 
 log = logging.getLogger("agents")
 
@@ -131,13 +130,7 @@ def build_validator(hw: dict[str, Any], sampler: Sampler, host: Any) -> NodeVali
     timeout = float(hw["dcgm_timeout_s"])
     dcgm = DcgmRunner(RealHost(timeout_s=timeout), timeout) if isinstance(host, RealHost) \
         else DcgmRunner(host, timeout, which=lambda name: None)
-
-    def telemetry() -> dict[str, Any]:
-        gpus = sampler.nvml.collect() if sampler.nvml is not None else GpuSystemSample(
-            available=False, error=sampler.nvml_error or "NVML not loaded")
-        return to_wire(NodeSample(time.time(), sampler.host.collect(), gpus, sampler.ib.collect()))
-
-    return NodeValidator(telemetry, dcgm)
+    return NodeValidator(lambda: to_wire(sampler.snapshot()), dcgm)
 
 
 def _fault_file(hw: dict[str, Any], sampler: Sampler, api: Any) -> None:
@@ -167,6 +160,8 @@ def cmd_node(args: argparse.Namespace) -> int:
         sampler.xid_source = watcher.drain
     applier = build_applier(hw, sampler, api)
     agent = NodeAgent(_settings(cfg, "node"), _client(cfg), sampler, applier)
+    if watcher is not None:
+        watcher.on_critical = agent.xid_news
     return _run(agent, cfg, watcher, api)
 
 

@@ -138,20 +138,18 @@ class NodeFaults:
 
     def _gpu_fault(self, line: dict[str, Any], uuids: list[str], now: float) -> str:
         index = _gpu_index(line, uuids)
-        fault = self.gpus.setdefault(index, GpuFault())
         if "xid" in line:
-            fault.xid = _int(line, "xid")
-            self.xid_events.append({"gpu_uuid": uuids[index], "xid": fault.xid,
-                                    "ts": round(now, 3)})
+            xid = _int(line, "xid")
+            self.gpus.setdefault(index, GpuFault()).xid = xid
+            self.xid_events.append({"gpu_uuid": uuids[index], "xid": xid, "ts": round(now, 3)})
             return "xid"
         if "ecc_dbe" in line:
-            fault.ecc_dbe += _int(line, "ecc_dbe")
+            count = _int(line, "ecc_dbe")
+            self.gpus.setdefault(index, GpuFault()).ecc_dbe += count
             return "ecc_dbe"
         if line.get("remap") in ("pending", "failure"):
-            fault.remap = str(line["remap"])
+            self.gpus.setdefault(index, GpuFault()).remap = str(line["remap"])
             return "remap"
-        if not (fault.xid or fault.ecc_dbe or fault.remap):
-            del self.gpus[index]
         raise FaultError("needs one of xid, ecc_dbe, remap (pending|failure), port_down, "
                          "silent, clear")
 

@@ -42,6 +42,13 @@ class Sampler:
         self.rates = RateTracker()
         self.before_sample: Callable[[], object] | None = None  # e.g. a fault file's poll
 
+    def snapshot(self) -> NodeSample:
+        """A fresh read for another thread (a validation run): no rates, no XID events
+        drained, nothing of the regular samples' state touched."""
+        gpus = self.nvml.collect() if self.nvml is not None else GpuSystemSample(
+            available=False, error=self.nvml_error or "NVML not loaded")
+        return NodeSample(ts=self.clock(), host=self.host.collect(), gpus=gpus,
+                          ib=self.ib.collect())
 
     def sample(self) -> NodeSample:
         if self.before_sample is not None:

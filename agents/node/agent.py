@@ -6,7 +6,8 @@ After an apply the agent watches for convergence (the subnet manager setting the
 IPoIB children, grants): it re-reads at short, growing intervals (``converge_step_s``
 doubling up to ``converge_max_step_s``, for at most ``converge_watch_s``) and sends a
 report the moment the node converges, instead of waiting for the next regular report.
-Grants with ``not_after`` are removed by the agent itself when it passes."""
+Grants with ``not_after`` are removed by the agent itself when it passes. A critical XID
+makes the agent sample and report at once (``xid_news``), as does a finished validation."""
 
 from __future__ import annotations
 
@@ -200,6 +201,13 @@ class NodeAgent:
         if self.applier.expire_grants():
             self.wake.set()
         self.expiry_at = self.applier.next_expiry()
+
+    def xid_news(self) -> None:
+        """A critical XID (from the XID watcher's thread): sample and report now, not at
+        the next regular sample (the report is urgent: something changed)."""
+        self.next_sample = self.clock()
+        if self.enrolled():  # before enrolment a wake would only spin the loop
+            self.wake.set()
 
     def _sample(self) -> None:
         sample = self.sampler.sample()

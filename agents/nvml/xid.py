@@ -7,11 +7,12 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from agents.nvml import binding
-from agents.nvml.collector import NvmlCollector
+from agents.nvml.collector import CRITICAL_XIDS, NvmlCollector
 
 log = logging.getLogger("agents.nvml.xid")
 
@@ -34,6 +35,7 @@ class XidWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._uuids: dict[int, str] = {}
+        self.on_critical: Callable[[], None] | None = None  # the agent: sample, report now
 
     def start(self) -> None:
         event_set = self.api.nvmlEventSetCreate()
@@ -96,3 +98,5 @@ class XidWatcher:
         if xid == 79:
             self.collector.mark_lost(uuid)
         log.warning("xid", extra={"gpu_uuid": uuid, "xid": xid})
+        if xid in CRITICAL_XIDS and self.on_critical is not None:
+            self.on_critical()

@@ -19,6 +19,7 @@ from agents.node.dcgm import DcgmRunner, parse_diag
 from agents.node.validate import Baseline, NodeValidator
 from agents.nvml.collector import NvmlCollector
 from agents.nvml.fake import FakeNvml
+from agents.nvml.xid import XidWatcher
 from agents.sysfs import faketree
 from agents.sysfs.faketree import FakeSysfsWriter, gpu_node_hcas
 from agents.sysfs.infiniband import InfinibandCollector
@@ -58,7 +59,7 @@ class Node:
                                self.nvml)
         self.host = FakeHost(handlers=[lambda call: answer if call[1:2] == ("diag",) else None])
         dcgm = DcgmRunner(self.host, 5.0, which=lambda name: dcgmi)
-        self.validator = NodeValidator(lambda: to_wire(self.sampler.sample()), dcgm)
+        self.validator = NodeValidator(lambda: to_wire(self.sampler.snapshot()), dcgm)
         self.validator.baseline.observe(to_wire(self.sampler.sample()))  # as enrolled
 
     def run(self) -> dict[str, Any]:
@@ -242,3 +243,32 @@ def test_desired_validation_is_checked(validation: Any, field: str) -> None:
     assert field in [p["field"] for p in protocol.validate_desired_state(desired)]
     desired["validation"] = {"id": "vl_1.retry-2", "level": 3}
     assert protocol.validate_desired_state(desired) == []
+
+
+def test_a_critical_xid_is_sampled_and_reported_at_once(tmp_path: Path) -> None:
+    """Time to detect: a critical XID from the watcher's thread makes the next tick sample
+    and send an urgent report, not wait for the regular sample and report."""
+    portal, clock = FakePortal(), FakeClock()
+    agent, api, _ = make_agent(tmp_path, portal, clock, token=portal.issue_bootstrap_token())
+    agent.tick()
+    agent.tick()
+    node = next(iter(portal.nodes.values()))
+    clock.advance(1.0)  # regular sample and report are 10 s apart
+    assert agent.tick() > 5
+    sent = len(node.reports)
+    watcher = XidWatcher(api, agent.sampler.nvml, wait_ms=20)  # type: ignore[arg-type]
+    watcher.start()
+    watcher.on_critical = agent.xid_news
+    agent.sampler.xid_source = watcher.drain
+    try:
+        api.inject_xid(5, 13)  # an application's fault: not news
+        assert api.settle(5) and not agent.wake.is_set()
+        api.inject_xid(5, 95)
+        assert agent.wake.wait(5)
+    finally:
+        watcher.stop()
+    agent.tick()
+    assert len(node.reports) == sent + 1
+    report = node.reports[-1]
+    assert [e["xid"] for t in report["telemetry"] for e in t["xid_events"]] == [13, 95]
+    assert report["seq"] in node.urgent_seqs
