@@ -5,12 +5,13 @@ from typing import Any
 from django.utils.translation import gettext as _
 from rest_framework import serializers
 
+from portal.core.api.serializers import StrictSerializer
 from portal.leasing import selectors
 from portal.leasing.limits import MAX_DURATION_HOURS, MAX_GPUS_PER_NODE, MAX_NODES
 from portal.leasing.models import Lease, LeaseEvent, Locality, Priority
 
 
-class OrderSerializer(serializers.Serializer[None]):
+class OrderSerializer(StrictSerializer):
     """An order: N GPUs (or a fraction of one) of some model(s), for a time window."""
 
     models = serializers.ListField(child=serializers.CharField(max_length=32), required=False,
@@ -80,11 +81,11 @@ class LeaseEventSerializer(serializers.ModelSerializer[LeaseEvent]):
         read_only_fields = fields
 
 
-class ExtendSerializer(serializers.Serializer[None]):
+class ExtendSerializer(StrictSerializer):
     end_at = serializers.DateTimeField()
 
 
-class ReasonSerializer(serializers.Serializer[None]):
+class ReasonSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=300, required=False, default="", allow_blank=True)
 
 
