@@ -93,7 +93,7 @@ CATALOGUE: dict[str, MigModel] = {m.name: m for m in (
              _family(5, 10, 20, 40)),
     MigModel("A100", ("NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"),
              _family(10, 20, 40, 80)),
-    MigModel("H100", ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL"),
+    MigModel("H100", ("NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe"),
              _family(10, 20, 40, 80)),
     MigModel("H200", ("NVIDIA H200", "NVIDIA H200 141GB HBM3e", "NVIDIA H200 NVL"),
              _family(18, 35, 71, 141)),
