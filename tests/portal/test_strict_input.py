@@ -98,3 +98,12 @@ def test_a_read_only_field_in_a_body_is_refused_as_such() -> None:
     assert not body.is_valid()
     assert body.errors == {"created": ["Read-only field."], "zz": ["Unknown field."]}
     assert _WithReadOnly(data={"name": "x"}).is_valid()
+
+
+def test_the_refusal_follows_the_language_the_field_name_does_not(
+        world: dict[str, Any]) -> None:
+    client = client_for(world["users"]["member"])
+    response = client.post(reverse("order-quote"), {"duration_hours": 1, "mig_profile": "x"},
+                           format="json", HTTP_ACCEPT_LANGUAGE="zh-hans")
+    assert response.status_code == 400
+    assert response.json()["fields"] == {"mig_profile": ["未知字段。"]}

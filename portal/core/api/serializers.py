@@ -15,10 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_noop
 from rest_framework import serializers
 
-UNKNOWN_FIELD = "Unknown field."
-READ_ONLY_FIELD = "Read-only field."
+UNKNOWN_FIELD = gettext_noop("Unknown field.")
+READ_ONLY_FIELD = gettext_noop("Read-only field.")
 
 
 def _writable(fields: Mapping[str, Any]) -> set[str]:
