@@ -220,6 +220,16 @@ def _create(api: Any, handle: Any, profile: Profile, start: int) -> None:
         raise
 
 
+def recreate(api: Any, handle: Any, inst: MigInstance) -> list[str]:
+    """Destroy ``inst`` and make it again at its placement (errors; empty: done)."""
+    try:
+        _destroy(api, handle, inst)
+        _create(api, handle, gpu_profiles(api, handle)[inst.profile], inst.start)
+    except (binding.NVMLError, KeyError) as exc:
+        return [_error(f"recreate {inst.profile}@{inst.start}", exc)]
+    return []
+
+
 def _remove_unwanted(api: Any, handle: Any, existing: list[MigInstance],
                      wanted: set[tuple[str, int]], result: MigResult) -> None:
     for inst in existing:
