@@ -107,3 +107,13 @@ def test_the_refusal_follows_the_language_the_field_name_does_not(
                            format="json", HTTP_ACCEPT_LANGUAGE="zh-hans")
     assert response.status_code == 400
     assert response.json()["fields"] == {"mig_profile": ["未知字段。"]}
+
+
+def test_a_form_posts_csrf_token_is_transport_not_an_unknown_field(
+        world: dict[str, Any]) -> None:
+    client = client_for(world["users"]["member"])
+    form = {"duration_hours": "1", "csrfmiddlewaretoken": "t"}
+    response = client.post(reverse("order-quote"), form, format="multipart")
+    assert response.status_code == 200, response.content[:300]
+    response = client.post(reverse("order-quote"), {**form, "gpus": "2"}, format="multipart")
+    assert response.json()["fields"] == {"gpus": ["Unknown field."]}

@@ -20,6 +20,8 @@ from rest_framework import serializers
 
 UNKNOWN_FIELD = gettext_noop("Unknown field.")
 READ_ONLY_FIELD = gettext_noop("Read-only field.")
+# Transport, not input: the CSRF token an HTML form (the browsable API's) posts along.
+FORM_TRANSPORT = frozenset({"csrfmiddlewaretoken"})
 
 
 def _writable(fields: Mapping[str, Any]) -> set[str]:
@@ -32,7 +34,7 @@ def unknown_field_errors(data: Any, fields: Mapping[str, Any]) -> dict[str, list
         return {}
     writable = _writable(fields)
     return {str(key): [_(READ_ONLY_FIELD) if key in fields else _(UNKNOWN_FIELD)]
-            for key in sorted(map(str, data)) if key not in writable}
+            for key in sorted(map(str, data)) if key not in writable | FORM_TRANSPORT}
 
 
 class StrictSerializer(serializers.Serializer[None]):
