@@ -87,15 +87,18 @@ def gpu_profiles(api: Any, handle: Any) -> dict[str, Profile]:
     return out
 
 
-def _busy_instances(api: Any, handle: Any) -> set[int]:
-    """GPU instance ids a process runs in (the parent's process lists, MIG mode)."""
+def _busy_instances(api: Any, handle: Any) -> set[int] | None:
+    """GPU instance ids a process runs in (the parent's process lists, MIG mode);
+    ``None`` when NVML cannot say (then every instance counts as busy)."""
     busy: set[int] = set()
     for fn in (api.nvmlDeviceGetComputeRunningProcesses,
                api.nvmlDeviceGetGraphicsRunningProcesses):
         try:
             busy |= {int(p.gpuInstanceId) for p in fn(handle)}
-        except binding.NVMLError:
+        except binding.NotSupported:
             continue
+        except binding.NVMLError:
+            return None
     return busy
 
 
@@ -149,7 +152,8 @@ def list_instances(api: Any, handle: Any, index: int) -> list[MigInstance]:
         profile = by_id.get(int(info.profileId))
         out.append(MigInstance(
             index, gi_id, ci_id, profile.name if profile else str(info.profileId),
-            int(info.placement.start), int(info.placement.size), uuid, gi_id in busy,
+            int(info.placement.start), int(info.placement.size), uuid,
+            busy is None or gi_id in busy,
             None if mem is None else int(mem.total), None if mem is None else int(mem.used)))
     return out
 

@@ -62,8 +62,12 @@ def clean_instance(api: Any, host: HostCommands, index: int, gpu_instance_id: in
         result["errors"].append("no such MIG instance")
         return result
     result.update(profile=old.profile, start=old.start)
-    result["killed"], result["processes"] = _drain(api, handle, gpu_instance_id, host,
-                                                   wait_s, sleep)
+    try:
+        result["killed"], result["processes"] = _drain(api, handle, gpu_instance_id, host,
+                                                       wait_s, sleep)
+    except binding.NVMLError as exc:
+        result["errors"].append(f"processes unreadable: {exc}: not recreated")
+        return result
     if result["processes"]:
         result["errors"].append("processes still run in the instance: not recreated")
         return result

@@ -64,3 +64,15 @@ def test_a_failed_recreation_is_not_clean_and_the_next_reconcile_repairs_it() ->
 def test_an_unknown_instance_is_reported() -> None:
     api, host, _ = _setup()
     assert clean_instance(api, host, 0, 99)["errors"] == ["no such MIG instance"]
+
+
+def test_unreadable_processes_leave_the_instance_unclean_and_in_place() -> None:
+    api, host, (first, _) = _setup()
+
+    def refuse(h: object) -> list[object]:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+
+    api.nvmlDeviceGetComputeRunningProcesses = refuse  # type: ignore[method-assign]
+    result = clean_instance(api, host, 0, first.gpu_instance_id, sleep=lambda s: None)
+    assert not result["clean"] and "processes unreadable" in result["errors"][0]
+    assert first.uuid in {i.uuid for i in mig.list_instances(api, api.gpus[0], 0)}

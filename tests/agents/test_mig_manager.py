@@ -143,3 +143,15 @@ def test_a_board_without_mig_is_unsupported() -> None:
     api.nvmlInit()
     api.gpus[0].model = type(api.gpus[0].model)("NVIDIA L40S", 0, 46068, 0, 350, 2520, 9001)
     assert mig.reconcile(api, 0, [("1g.10gb", 0)]).mode == "unsupported"
+
+
+def test_when_nvml_cannot_list_processes_every_instance_counts_as_busy() -> None:
+    api = _api()
+    mig.reconcile(api, 0, [("7g.80gb", 0)])
+
+    def refuse(h: object) -> list[object]:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+
+    api.nvmlDeviceGetComputeRunningProcesses = refuse  # type: ignore[method-assign]
+    result = mig.reconcile(api, 0, [("1g.10gb", 6)])
+    assert result.kept_busy == [("7g.80gb", 0)] and result.destroyed == []
