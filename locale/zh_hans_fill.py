@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 ZH = {
+"Unknown field.": "未知字段。", "Read-only field.": "只读字段。",
 "Whole GPUs": "整块 GPU", "%(n)s/8 of one GPU": "单块 GPU 的 %(n)s/8", "Name": "名称",
 "For example: laptop, CI runner.": "例如：笔记本电脑、CI 运行器。", "Public key": "公钥",
 "One OpenSSH public key line: ed25519, ECDSA or RSA (2048 bits or more).": "一行 OpenSSH 公钥：ed25519、ECDSA 或 RSA（至少 2048 位）。",

@@ -7,6 +7,7 @@ surface and raises the same exception classes (re-exported here).
 
 from __future__ import annotations
 
+import ctypes
 from typing import Any
 
 import pynvml
@@ -22,6 +23,10 @@ NVML_ERROR_GPU_IS_LOST: int = pynvml.NVML_ERROR_GPU_IS_LOST
 NVML_ERROR_UNKNOWN: int = pynvml.NVML_ERROR_UNKNOWN
 NVML_ERROR_LIBRARY_NOT_FOUND: int = pynvml.NVML_ERROR_LIBRARY_NOT_FOUND
 NVML_ERROR_DRIVER_NOT_LOADED: int = pynvml.NVML_ERROR_DRIVER_NOT_LOADED
+NVML_ERROR_INSUFFICIENT_SIZE: int = pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+NVML_ERROR_INSUFFICIENT_RESOURCES: int = pynvml.NVML_ERROR_INSUFFICIENT_RESOURCES
+NVML_ERROR_IN_USE: int = pynvml.NVML_ERROR_IN_USE
+NVML_ERROR_RESET_REQUIRED: int = pynvml.NVML_ERROR_RESET_REQUIRED
 
 NotSupported: type[Exception] = pynvml.NVMLError_NotSupported
 GpuIsLost: type[Exception] = pynvml.NVMLError_GpuIsLost
@@ -39,6 +44,9 @@ CONSTANTS: dict[str, int] = {
         "NVML_NVLINK_MAX_LINKS",
         "NVML_FEATURE_ENABLED",
         "NVML_DEVICE_MIG_ENABLE",
+        "NVML_DEVICE_MIG_DISABLE",
+        "NVML_GPU_INSTANCE_PROFILE_COUNT",
+        "NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED",
         "nvmlEventTypeXidCriticalError",
         "NVML_SUCCESS",
         "NVML_FI_DEV_GET_GPU_RECOVERY_ACTION",
@@ -73,6 +81,21 @@ def error(code: int) -> Exception:
 def error_code(exc: BaseException) -> int | None:
     value = getattr(exc, "value", None)
     return value if isinstance(value, int) else None
+
+
+def placements(api: Any, handle: Any, profile_id: int) -> list[tuple[int, int]]:
+    """``(start, size)`` of every placement NVML allows ``profile_id`` (free or not):
+    ``nvmlDeviceGetGpuInstancePossiblePlacements`` asked for the count, then the array."""
+    count = ctypes.c_uint(0)
+    api.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, None, ctypes.byref(count))
+    array = (pynvml.c_nvmlGpuInstancePlacement_t * count.value)()
+    api.nvmlDeviceGetGpuInstancePossiblePlacements(handle, profile_id, array, ctypes.byref(count))
+    return [(int(p.start), int(p.size)) for p in array[: count.value]]
+
+
+def placement_ref(start: int, size: int) -> Any:
+    """The ``const nvmlGpuInstancePlacement_t *`` of nvmlDeviceCreateGpuInstanceWithPlacement."""
+    return ctypes.byref(pynvml.c_nvmlGpuInstancePlacement_t(start, size))
 
 
 def real_api() -> Any:

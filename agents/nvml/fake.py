@@ -15,6 +15,7 @@ from typing import Any
 
 from agents.host import CommandResult
 from agents.nvml import binding
+from agents.nvml.fakemig import FakeMigDevice, FakeMigMixin
 
 MIB = 1024 * 1024
 
@@ -107,6 +108,7 @@ class FakeProcess:
     owner: str = ""
     unkillable: bool = False  # e.g. stuck in the driver (D state): a kill does not end it
     graphics: bool = False  # listed by ...GraphicsRunningProcesses, not ...Compute...
+    gpu_instance: int | None = None  # the MIG GPU instance id it runs in (MIG mode)
 
 
 @dataclass(eq=False)
@@ -132,6 +134,10 @@ class FakeGpu:
     power_limit_mw: int | None = None  # None: the model's max power
 
 
+def _gi(gpu_instance: int | None) -> int:
+    return 0xFFFFFFFF if gpu_instance is None else gpu_instance
+
+
 def parse_spec(spec: str) -> list[str]:
     """``h100x8`` or ``h100x4,a100x4`` -> model keys, one per GPU."""
     models: list[str] = []
@@ -143,8 +149,8 @@ def parse_spec(spec: str) -> list[str]:
     return models
 
 
-class FakeNvml:
-    """Instances are used exactly like the ``pynvml`` module."""
+class FakeNvml(FakeMigMixin):
+    """Instances are used exactly like the ``pynvml`` module (MIG calls: fakemig.py)."""
 
     NVMLError = binding.NVMLError
 
@@ -162,7 +168,7 @@ class FakeNvml:
         self._handing = False  # an event was returned and the waiter has not come back yet
         self.processes: dict[int, FakeProcess] = {}
         self.resets: list[tuple[int, str]] = []  # (gpu index, NVML reset function)
-        self.gpus = [self._make(i, m, host) for i, m in enumerate(parse_spec(spec))]
+        self.gpus: list[FakeGpu] = [self._make(i, m, host) for i, m in enumerate(parse_spec(spec))]
 
     @staticmethod
     def _make(index: int, model: str, host: str) -> FakeGpu:
@@ -274,6 +280,8 @@ class FakeNvml:
         return self.gpus[index]
 
     def nvmlDeviceGetUUID(self, h: Any) -> str:
+        if isinstance(h, FakeMigDevice):
+            return h.uuid
         return self._dev(h, "nvmlDeviceGetUUID").uuid
 
     def nvmlDeviceGetName(self, h: Any) -> str:
@@ -284,6 +292,9 @@ class FakeNvml:
         return _Struct(busId=g.bus_id, pciDeviceId=g.model.pci_device_id)
 
     def nvmlDeviceGetMemoryInfo(self, h: Any) -> _Mem:
+        if isinstance(h, FakeMigDevice):
+            total, used = self.mig_memory(h)
+            return _Mem(total=total, free=total - used, used=used)
         g = self._dev(h, "nvmlDeviceGetMemoryInfo")
         total, used = g.model.memory_mib * MIB, g.used_mib * MIB
         return _Mem(total=total, free=total - used, used=used)
@@ -340,13 +351,9 @@ class FakeNvml:
             raise binding.error(binding.NVML_ERROR_INVALID_ARGUMENT)
         return 1
 
-    def nvmlDeviceGetMigMode(self, h: Any) -> list[int]:
-        g = self._dev(h, "nvmlDeviceGetMigMode")
-        return [g.mig_mode, g.mig_mode]
-
     def _processes(self, h: Any, fn: str, graphics: bool) -> list[_Process]:
         g = self._dev(h, fn)
-        return [_Process(p.pid, p.used_bytes) for p in sorted(
+        return [_Process(p.pid, p.used_bytes, _gi(p.gpu_instance)) for p in sorted(
             self.processes.values(), key=lambda p: p.pid)
             if p.gpu_index == g.index and p.graphics == graphics]  # fmt: skip
 

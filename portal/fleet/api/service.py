@@ -12,6 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from portal.core.api.serializers import StrictSerializer
 from portal.fleet import lifecycle
 from portal.fleet.models import ServiceEvent
 from portal.fleet.services import operator
@@ -19,7 +20,7 @@ from portal.inventory.models import Gpu, Node, Service
 from portal.tenants.authentication import IsPlatformStaff
 
 
-class ServiceActionSerializer(serializers.Serializer[None]):
+class ServiceActionSerializer(StrictSerializer):
     action = serializers.ChoiceField(choices=list(operator.ACTIONS))
     reason = serializers.CharField(max_length=250)
     level = serializers.IntegerField(min_value=1, max_value=3, required=False, default=2,

@@ -2,6 +2,7 @@ from __future__ import annotations
 
 from rest_framework import serializers
 
+from portal.core.api.serializers import StrictSerializer
 from portal.inventory.models import Fabric, Gpu, HcaPort, Node, StorageEndpoint, Switch
 
 
@@ -46,7 +47,7 @@ class NodeDetailSerializer(NodeSerializer):
         read_only_fields = fields
 
 
-class NodeStateSerializer(serializers.Serializer[None]):
+class NodeStateSerializer(StrictSerializer):
     state = serializers.ChoiceField(choices=Node.State.choices)
     reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
 
@@ -86,7 +87,7 @@ class StorageEndpointSerializer(serializers.ModelSerializer[StorageEndpoint]):
         read_only_fields = fields
 
 
-class StorageEndpointInputSerializer(serializers.Serializer[None]):
+class StorageEndpointInputSerializer(StrictSerializer):
     """A storage server's HCA port(s): one port GUID, or a node name from the fabric's
     imported ``ibnetdiscover`` output (all its ports)."""
 

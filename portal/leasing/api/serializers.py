@@ -5,12 +5,13 @@ from typing import Any
 from django.utils.translation import gettext as _
 from rest_framework import serializers
 
+from portal.core.api.serializers import StrictSerializer
 from portal.leasing import selectors
 from portal.leasing.limits import MAX_DURATION_HOURS, MAX_GPUS_PER_NODE, MAX_NODES
 from portal.leasing.models import Lease, LeaseEvent, LeaseFault, Locality, Priority
 
 
-class OrderSerializer(serializers.Serializer[None]):
+class OrderSerializer(StrictSerializer):
     """An order: N GPUs (or a fraction of one) of some model(s), for a time window."""
 
     models = serializers.ListField(child=serializers.CharField(max_length=32), required=False,
@@ -92,18 +93,18 @@ class LeaseFaultSerializer(serializers.ModelSerializer[LeaseFault]):
         read_only_fields = fields
 
 
-class DegradedChoiceSerializer(serializers.Serializer[None]):
+class DegradedChoiceSerializer(StrictSerializer):
     choice = serializers.ChoiceField(
         choices=["continue", "wait", "release"],
         help_text="continue smaller, wait for a replacement (ahead of new orders), or "
                   "release; the failed part is not charged either way")
 
 
-class ExtendSerializer(serializers.Serializer[None]):
+class ExtendSerializer(StrictSerializer):
     end_at = serializers.DateTimeField()
 
 
-class ReasonSerializer(serializers.Serializer[None]):
+class ReasonSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=300, required=False, default="", allow_blank=True)
 
 

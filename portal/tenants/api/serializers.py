@@ -5,6 +5,7 @@ from typing import Any
 from django.utils.translation import gettext as _
 from rest_framework import serializers
 
+from portal.core.api.serializers import StrictSerializer
 from portal.tenants.models import ApiKey, Invitation, Membership, Role, Tenant
 from portal.tenants.services import MAX_MEMBER_GPUS
 
@@ -23,7 +24,7 @@ class TenantSerializer(serializers.ModelSerializer[Tenant]):
         return roles.get(obj.pk)
 
 
-class TenantCreateSerializer(serializers.Serializer[None]):
+class TenantCreateSerializer(StrictSerializer):
     name = serializers.CharField(max_length=120)
     slug = serializers.SlugField(max_length=63, required=False, default="")
     contact_name = serializers.CharField(max_length=120, required=False, default="",
@@ -32,13 +33,13 @@ class TenantCreateSerializer(serializers.Serializer[None]):
     currency = serializers.RegexField(r"^[A-Za-z]{3}$", required=False, default="USD")
 
 
-class TenantUpdateSerializer(serializers.Serializer[None]):
+class TenantUpdateSerializer(StrictSerializer):
     name = serializers.CharField(max_length=120, required=False)
     contact_name = serializers.CharField(max_length=120, required=False, allow_blank=True)
     contact_email = serializers.EmailField(required=False, allow_blank=True)
 
 
-class TenantStatusSerializer(serializers.Serializer[None]):
+class TenantStatusSerializer(StrictSerializer):
     reason = serializers.CharField(max_length=500, required=False, default="", allow_blank=True)
 
 
@@ -52,7 +53,7 @@ class MembershipSerializer(serializers.ModelSerializer[Membership]):
         read_only_fields = ["id", "username", "email", "max_gpus", "created"]
 
 
-class InvitationCreateSerializer(serializers.Serializer[None]):
+class InvitationCreateSerializer(StrictSerializer):
     email = serializers.EmailField()
     role = serializers.ChoiceField(choices=Role.choices, default=Role.MEMBER)
 
@@ -69,7 +70,7 @@ class InvitationSerializer(serializers.ModelSerializer[Invitation]):
         read_only_fields = fields
 
 
-class InvitationAcceptSerializer(serializers.Serializer[None]):
+class InvitationAcceptSerializer(StrictSerializer):
     token = serializers.CharField(max_length=200)
 
 
@@ -79,7 +80,7 @@ class AcceptedSerializer(serializers.Serializer[None]):
     active_tenant = serializers.CharField(allow_null=True)
 
 
-class MembershipUpdateSerializer(serializers.Serializer[None]):
+class MembershipUpdateSerializer(StrictSerializer):
     role = serializers.ChoiceField(choices=Role.choices, required=False)
     max_gpus = serializers.IntegerField(
         required=False, allow_null=True, min_value=0, max_value=MAX_MEMBER_GPUS,
@@ -109,7 +110,7 @@ class ApiKeySerializer(serializers.ModelSerializer[ApiKey]):
                                            or obj.expires_at > timezone.now())
 
 
-class ApiKeyCreateSerializer(serializers.Serializer[None]):
+class ApiKeyCreateSerializer(StrictSerializer):
     name = serializers.CharField(max_length=100)
     tenant = serializers.SlugField(max_length=63, required=False, allow_null=True, default=None)
     expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
@@ -131,5 +132,5 @@ class MeSerializer(serializers.Serializer[None]):
     memberships = serializers.ListField(child=serializers.DictField())
 
 
-class ActiveTenantSerializer(serializers.Serializer[None]):
+class ActiveTenantSerializer(StrictSerializer):
     tenant = serializers.SlugField(max_length=63)
