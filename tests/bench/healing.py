@@ -248,6 +248,12 @@ def run(stack: Stack, o: argparse.Namespace) -> int:
           flush=True)
     by_name = {h.hostname: h for h in hosts}
     outcomes = [_scenario(stack, fault, by_name, procs, o.timeout) for fault in o.faults]
+    if "silence" in o.faults:  # the silent node is back: proven by its agent, then returned
+        back = _wait(lambda: stack.query(
+            "SELECT 1 FROM inventory_node n JOIN fleet_nodevalidation v ON v.node_id = n.id "
+            "WHERE n.service = 'in_service' AND v.passed"), 90, 0.5)
+        print(f"silent node back: {'validated by its agent and returned' if back else 'NOT'}"
+              " to service")
     stack.wait_settled(timeout=120, ok=TERMINAL_STATES)  # every lease released and ended
     time.sleep(3)  # the last teardown reports
     sm.stop.set()

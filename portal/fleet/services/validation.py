@@ -78,7 +78,10 @@ def _failed_checks(checks: list[dict[str, Any]], gpu: Gpu | None) -> list[str]:
 @transaction.atomic
 def observed(*, node: Node, result: dict[str, Any]) -> bool:
     """The agent reported a validation result: settle the run and its parts (idempotent:
-    a result already recorded, or for a run not asked, changes nothing)."""
+    a result already recorded, or for a run not asked, changes nothing). A run still going
+    (``running``, no ``finished_at``) is not a result yet."""
+    if result.get("running") is True or result.get("finished_at") is None:
+        return False
     run = (NodeValidation.objects.select_for_update()
            .filter(node=node, request_id=str(result.get("id") or ""),
                    finished_at__isnull=True).first())

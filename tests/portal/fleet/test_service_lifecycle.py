@@ -106,7 +106,7 @@ def test_a_flapping_part_stays_out_until_an_operator_returns_it(agent_client: An
         faults.gpu_failed(gpu=bad, cause="xid 48", rule="xid.48")
         run = validation.validate(part=bad)
         validation.observed(node=node, result={"id": run.request_id, "passed": True,
-                                               "checks": []})
+                                               "finished_at": 1.0, "checks": []})
         bad.refresh_from_db()
     assert bad.service == S.VALIDATING and "flaps" in bad.service_cause
     staff = make_user("ops", staff=True)
@@ -162,3 +162,15 @@ def test_operator_actions_over_the_api() -> None:
     assert [(r["node"], r["service"]) for r in queue] == [("n1", S.OUT_OF_SERVICE)]
     history = api.get(url).json()
     assert [h["to_state"] for h in history] == [S.OUT_OF_SERVICE, S.SUSPECT]
+
+
+@pytest.mark.django_db
+def test_a_validation_still_running_settles_nothing(agent_client: Any) -> None:
+    node = _enrolled(agent_client)
+    faults.node_failed(node=node, cause="xid 79", rule="xid.79")
+    run = validation.validate(part=node)
+    running = {"id": run.request_id, "level": 2, "passed": False, "running": True,
+               "checks": [], "started_at": 1.0}
+    assert not validation.observed(node=node, result=running)
+    node.refresh_from_db()
+    assert node.service == S.VALIDATING
