@@ -195,8 +195,14 @@ def _scenario(stack: Stack, fault: str, hosts: dict[str, NodeHost], procs: dict[
     with stack.client() as c:
         c.post(f"/api/v1/leases/{lease_id}/release", json={"reason": "bench"},
                headers=stack.auth(TENANT))
-    if fault == "silence":
+    if fault == "silence":  # back: proven by its own agent before it returns to service
         os.killpg(procs[victim.hostname].pid, signal.SIGCONT)
+        back = _wait(lambda: stack.query(
+            "SELECT 1 FROM inventory_node n JOIN fleet_nodevalidation v ON v.node_id = n.id "
+            "WHERE n.id = %s AND n.service = 'in_service' AND v.passed", [victim.pk]), 90, 0.5)
+        out.notes.append("back: validated by its agent, returned" if back
+                         else "back: NOT returned to service")
+        out.offered |= not back
     return out
 
 
@@ -248,12 +254,6 @@ def run(stack: Stack, o: argparse.Namespace) -> int:
           flush=True)
     by_name = {h.hostname: h for h in hosts}
     outcomes = [_scenario(stack, fault, by_name, procs, o.timeout) for fault in o.faults]
-    if "silence" in o.faults:  # the silent node is back: proven by its agent, then returned
-        back = _wait(lambda: stack.query(
-            "SELECT 1 FROM inventory_node n JOIN fleet_nodevalidation v ON v.node_id = n.id "
-            "WHERE n.service = 'in_service' AND v.passed"), 90, 0.5)
-        print(f"silent node back: {'validated by its agent and returned' if back else 'NOT'}"
-              " to service")
     stack.wait_settled(timeout=120, ok=TERMINAL_STATES)  # every lease released and ended
     time.sleep(3)  # the last teardown reports
     sm.stop.set()

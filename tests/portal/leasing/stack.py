@@ -461,6 +461,22 @@ def check_invariants(stack: Stack) -> list[str]:
         return _invariant_violations(q)
 
 
+# Each allocation row's time on the hardware: from the lease's activation (or the row's
+# own start, for a replacement written later) to the lease's end, or its fence when the
+# slot's hardware failed (issue 27).
+SLOT_SPANS = """spans AS (
+                  SELECT a.gpu_id, a.slot, l.id AS lease,
+                         GREATEST(l.active_at, a.start_at) AS t0,
+                         LEAST(COALESCE(l.ended_at, 'infinity'), COALESCE((
+                           SELECT min(f.fenced_at) FROM leasing_leasefault f
+                           JOIN inventory_gpu g ON g.id = a.gpu_id
+                           WHERE f.lease_id = l.id AND f.node_id = a.node_id
+                             AND f.gpu_indexes @> to_jsonb(g.index)
+                             AND f.fenced_at >= a.start_at), 'infinity')) AS t1
+                  FROM leasing_allocation a JOIN leasing_lease l ON l.id = a.lease_id
+                  WHERE l.active_at IS NOT NULL)"""
+
+
 def _invariant_violations(q: Callable[..., list[tuple[Any, ...]]]) -> list[str]:
     problems: list[str] = []
     # 1. No GPU slot held by two live allocations at overlapping times (the DB constraint's job).
@@ -469,23 +485,20 @@ def _invariant_violations(q: Callable[..., list[tuple[Any, ...]]]) -> list[str]:
                  AND a.id < b.id AND a.live AND b.live
                  AND a.start_at < b.end_at AND b.start_at < a.end_at LIMIT 5""")
     problems += [f"live slot overlap: {r}" for r in rows]
-    # 2. What really ran: two leases active on the same GPU slot at the same time.
-    rows = q("""WITH used AS (
-                  SELECT a.gpu_id, a.slot, l.id AS lease,
-                         tstzrange(l.active_at, COALESCE(l.ended_at, 'infinity')) AS span
-                  FROM leasing_allocation a JOIN leasing_lease l ON l.id = a.lease_id
-                  WHERE l.active_at IS NOT NULL AND COALESCE(l.ended_at, 'infinity') > l.active_at)
+    # 2. What really ran: two leases active on the same GPU slot at the same time. A slot
+    #    fenced out of its lease (failed hardware, issue 27) ran until its fence; a
+    #    replacement's slot from when it was written.
+    rows = q(f"""WITH {SLOT_SPANS},
+                used AS (SELECT gpu_id, slot, lease, tstzrange(t0, t1) AS span FROM spans
+                         WHERE t1 > t0)
                 SELECT x.gpu_id, x.slot, x.lease, y.lease FROM used x JOIN used y
                   ON x.gpu_id = y.gpu_id AND x.slot = y.slot AND x.lease < y.lease
                  AND x.span && y.span LIMIT 5""")
     problems += [f"GPU slot used by two active leases at once: {r}" for r in rows]
-    # 3. Per GPU, slots held by leases active at each lease's activation instant ≤ 8.
-    rows = q("""WITH used AS (
-                  SELECT a.gpu_id, l.active_at AS t0, COALESCE(l.ended_at, 'infinity') AS t1
-                  FROM leasing_allocation a JOIN leasing_lease l ON l.id = a.lease_id
-                  WHERE l.active_at IS NOT NULL),
-                instants AS (SELECT DISTINCT gpu_id, t0 AS t FROM used)
-                SELECT i.gpu_id, i.t, COUNT(*) FROM instants i JOIN used u
+    # 3. Per GPU, slots on the hardware at each instant a slot started there ≤ 8.
+    rows = q(f"""WITH {SLOT_SPANS},
+                instants AS (SELECT DISTINCT gpu_id, t0 AS t FROM spans)
+                SELECT i.gpu_id, i.t, COUNT(*) FROM instants i JOIN spans u
                   ON u.gpu_id = i.gpu_id AND u.t0 <= i.t AND i.t < u.t1
                 GROUP BY i.gpu_id, i.t HAVING COUNT(*) > 8 LIMIT 5""")
     problems += [f"GPU over-committed: {r}" for r in rows]
