@@ -202,7 +202,6 @@ def _scenario(stack: Stack, fault: str, hosts: dict[str, NodeHost], procs: dict[
             "WHERE n.id = %s AND n.service = 'in_service' AND v.passed", [victim.pk]), 90, 0.5)
         out.notes.append("back: validated by its agent, returned" if back
                          else "back: NOT returned to service")
-        out.offered |= not back
     return out
 
 
@@ -231,7 +230,8 @@ def _report(outcomes: list[Outcome], unreachable_after: float) -> bool:
               f"    {'YES' if o.offered else 'no'}  {'; '.join(o.notes)}")
         bound = 60.0 if o.fault != "silence" else unreachable_after + 30.0
         ok &= (o.replaced_s is not None and o.replaced_s <= bound and o.event
-               and not o.offered and o.fenced_s is not None)
+               and not o.offered and o.fenced_s is not None
+               and not any("NOT" in note for note in o.notes))
     print(f"target: replacement active within 60 s of the fault (silence: within 30 s after "
           f"the {unreachable_after:g} s unreachable threshold) — {'met' if ok else 'NOT met'}")
     return ok
