@@ -117,6 +117,11 @@ def _guards(values: Any, guards: Guards) -> Guards:
     return dataclasses.replace(guards, **changes)
 
 
+def _section(top: Mapping[str, Any], name: str) -> Any:
+    value = top.get(name)
+    return {} if value is None else value
+
+
 def merge(overrides: Any, base: PolicyTable | None = None, source: str = "site") -> PolicyTable:
     """``base`` (default: the shipped table) with ``overrides`` (the parsed file) applied."""
     base = base or default_table()
@@ -127,9 +132,9 @@ def merge(overrides: Any, base: PolicyTable | None = None, source: str = "site")
         if key not in {"rules", "guards"}:
             raise PolicyError(str(key), "unknown section; a policy file has rules, guards")
     rules = dict(base.rules)
-    for key, fields in _mapping(top.get("rules") or {}, "rules").items():
+    for key, fields in _mapping(_section(top, "rules"), "rules").items():
         rules[str(key)] = _row(key, fields, base.rules)
-    guards = _guards(top.get("guards") or {}, base.guards)
+    guards = _guards(_section(top, "guards"), base.guards)
     return PolicyTable(rules=rules, guards=guards, source=source)
 
 
