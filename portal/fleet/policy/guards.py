@@ -15,7 +15,7 @@ and returns a ``Decision`` and the new state, which the caller stores (``as_json
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
@@ -40,7 +40,7 @@ class Decision:
 
 class _State:
     def as_json(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
+        return dict(vars(self))
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> Any:

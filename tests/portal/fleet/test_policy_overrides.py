@@ -18,9 +18,9 @@ from portal.fleet.policy import (
     classify,
     default_table,
     load_file,
+    loader,
     merge,
 )
-from portal.fleet.policy import loader
 
 GOOD = """
 rules:

@@ -126,3 +126,21 @@ def test_symbol_errors_judged_against_the_ber_limit(rate: float, fires: bool) ->
     assert (verdict is not None) is fires
     if verdict:
         assert "/h > 120/h" in verdict.cause
+
+
+def test_policy_package_is_pure() -> None:
+    """No database and no settings but in the loader (import-linter cannot forbid a
+    subpackage of django; ``.importlinter`` forbids models, services and other apps)."""
+    import ast
+
+    package = Path(CATALOGUE).parent
+    for module in package.glob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+            elif isinstance(node, ast.Import):
+                names |= {alias.name for alias in node.names}
+        assert not {n for n in names if n.startswith("django.db")}, module.name
+        if module.name != "loader.py":
+            assert not {n for n in names if n.startswith("django")}, module.name
