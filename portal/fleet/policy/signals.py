@@ -134,19 +134,22 @@ def signals_from_report(node_key: str, gpus_now: Mapping[int, Entry],
                         ports_before: Mapping[tuple[str, int], Entry],
                         xid_events: list[Entry], now: float | datetime) -> list[Signal]:
     """The signals of one report against the previous readings. ``now``: when the current
-    readings were taken (the telemetry ``ts``). XIDs from ``xid_events`` come once per
-    (GPU, XID, ts); a changed ``last_xid`` that an event of the same GPU already carries
-    is not repeated."""
+    readings were taken (the telemetry ``ts``; an entry's own ``"ts"`` wins). XIDs from
+    ``xid_events`` come once per (GPU, XID, ts); a changed ``last_xid`` that an event of
+    the same GPU already carries is not repeated."""
     at = as_ts(now) or 0.0
     out = _xid_signals(node_key, gpus_now, xid_events)
     evented = {(s.gpu_uuid, s.value) for s in out}
     for index, gpu in sorted(gpus_now.items()):
-        for signal in _gpu_signals(node_key, index, _flat(gpu),
-                                   _flat(gpus_before.get(index)), at):
+        flat = _flat(gpu)
+        for signal in _gpu_signals(node_key, index, flat, _flat(gpus_before.get(index)),
+                                   as_ts(flat.get("ts")) or at):
             if signal.kind is not Kind.XID or (signal.gpu_uuid, signal.value) not in evented:
                 out.append(signal)
     for key, port in sorted(ports_now.items()):
-        out += _port_signals(node_key, key, _flat(port), _flat(ports_before.get(key)), at)
+        flat = _flat(port)
+        out += _port_signals(node_key, key, flat, _flat(ports_before.get(key)),
+                             as_ts(flat.get("ts")) or at)
     return out
 
 

@@ -135,3 +135,10 @@ def test_agent_silent_signal() -> None:
     assert (s.kind, s.value, s.at) == (Kind.AGENT_SILENT, 45.0, T0)
     assert classify(s).rule == "agent_silent"  # type: ignore[union-attr]
     assert agent_silent("node-1", None, T0).value is None
+
+
+def test_an_entrys_own_ts_is_its_reading_time() -> None:
+    now = {**port(symbol_error=130), "ts": datetime.fromtimestamp(T0 - 1800, UTC)}
+    prev = {PORT: {"ts": T0 - 3600, "data": port(symbol_error=10)}}
+    [signal] = signals_from_report("node-1", {}, {}, {PORT: now}, prev, [], T0)
+    assert signal.at == T0 - 1800 and signal.value == pytest.approx(240.0)  # 120 in 30 min
