@@ -56,7 +56,7 @@ def _over_threshold(signal: Signal, rule: Rule) -> bool:
 def _cause(signal: Signal, rule: Rule) -> str:
     if signal.kind in CODED_KINDS:
         return f"{signal.kind} {signal.value} on {signal.where()}: {rule.cause}"
-    value = "" if signal.value in (None, True) else f" ({signal.value})"
+    value = "" if signal.value is None or signal.value is True else f" ({signal.value})"
     if signal.kind is Kind.IB_SYMBOL_ERRORS:
         value = f" ({float(signal.value or 0):.0f}/h > {rule.params['per_hour']:g}/h)"
     return f"{signal.kind} on {signal.where()}{value}: {rule.cause}"

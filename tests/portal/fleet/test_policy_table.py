@@ -144,3 +144,10 @@ def test_policy_package_is_pure() -> None:
         assert not {n for n in names if n.startswith("django.db")}, module.name
         if module.name != "loader.py":
             assert not {n for n in names if n.startswith("django")}, module.name
+
+
+def test_cause_names_the_value_but_not_a_flag() -> None:
+    downed = classify(Signal(kind=Kind.IB_LINK_DOWNED, node="n1", value=1, port=("mlx5_0", 1)))
+    assert downed is not None and "mlx5_0 port 1 of n1 (1):" in downed.cause
+    lost = classify(Signal(kind=Kind.GPU_LOST, node="n1", value=True, gpu_index=4))
+    assert lost is not None and lost.cause.startswith("gpu_lost on GPU 4 of n1: NVML")
