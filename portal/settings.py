@@ -187,6 +187,8 @@ GPUPOOL_AGENT_REPORTS_PER_S = float(os.environ.get("GPUPOOL_AGENT_REPORTS_PER_S"
 GPUPOOL_AGENT_LONG_POLLS_PER_S = float(os.environ.get("GPUPOOL_AGENT_LONG_POLLS_PER_S", "100"))
 GPUPOOL_AGENT_UNREACHABLE_AFTER_S = int(os.environ.get("GPUPOOL_AGENT_UNREACHABLE_AFTER_S",
                                                        "30"))
+# The site's health-policy overrides (a YAML path; empty: the shipped table). ADR 0185
+GPUPOOL_HEALTH_POLICY = os.environ.get("GPUPOOL_HEALTH_POLICY", "")
 CELERY_BEAT_SCHEDULE = {
     "reconcile-leases": {"task": "portal.leasing.tasks.reconcile",
                          "schedule": RECONCILE_EVERY_S},
