@@ -34,6 +34,13 @@ BUCKET_ACTIONS: dict[str, Action] = {
 }
 INFO_BUCKETS = frozenset({"IGNORE", "FOLLOW_OTHER_XID"})
 
+
+def scope_of(action: Action) -> Scope:
+    """What a GPU signal takes out of service: the node when the remedy is a reboot (it
+    interrupts every GPU there, so every lease on it is moved now, not after the reboot),
+    else the GPU alone."""
+    return Scope.NODE if action is Action.REBOOT_NODE else Scope.GPU
+
 DEFAULT_XID = Rule(
     key="xid.default", severity=Severity.WARNING, action=Action.CONTACT_SUPPORT,
     scope=Scope.GPU, fence=False,
@@ -46,8 +53,9 @@ def _rule(xid: int, mnemonic: str, bucket: str, fatal: bool) -> Rule:
         raise ValueError(f"{CATALOGUE.name}: XID {xid}: unknown bucket {bucket!r}")
     severity = (Severity.INFO if bucket in INFO_BUCKETS
                 else Severity.FATAL if fatal else Severity.WARNING)
-    return Rule(key=f"xid.{xid}", severity=severity, action=BUCKET_ACTIONS[bucket],
-                scope=Scope.GPU, fence=severity is Severity.FATAL,
+    action = BUCKET_ACTIONS[bucket]
+    return Rule(key=f"xid.{xid}", severity=severity, action=action,
+                scope=scope_of(action), fence=severity is Severity.FATAL,
                 cause=f"XID {xid} {mnemonic or '(unnamed)'} ({bucket})",
                 source="nvidia-xid-catalogue")
 

@@ -20,7 +20,7 @@ def _r(key: str, severity: Severity, action: Action, scope: Scope, fence: bool, 
 
 
 SIGNAL_RULES: tuple[Rule, ...] = (
-    _r("gpu_lost", V.FATAL, A.REBOOT_NODE, S.GPU, True,
+    _r("gpu_lost", V.FATAL, A.REBOOT_NODE, S.NODE, True,
        "NVML says the GPU is lost (GpuIsLost, as XID 79): reboot the node"),
     _r("ecc_dbe", V.FATAL, A.RESET_GPU, S.GPU, True,
        "volatile uncorrected ECC errors increased (double-bit error)"),
@@ -36,7 +36,7 @@ SIGNAL_RULES: tuple[Rule, ...] = (
        "NVML recovery action back to none"),
     _r("recovery_action.1", V.FATAL, A.RESET_GPU, S.GPU, True,
        "NVML recovery action: GPU reset required"),
-    _r("recovery_action.2", V.FATAL, A.REBOOT_NODE, S.GPU, True,
+    _r("recovery_action.2", V.FATAL, A.REBOOT_NODE, S.NODE, True,
        "NVML recovery action: node reboot required"),
     _r("recovery_action.3", V.WARNING, A.RESTART_APP, S.GPU, False,
        "NVML recovery action: drain peer-to-peer traffic, then re-query"),
@@ -55,9 +55,9 @@ SIGNAL_RULES: tuple[Rule, ...] = (
     _r("ib_symbol_errors", V.FATAL, A.CHECK_LINK, S.PORT, True,
        "InfiniBand symbol errors over the bit-error-rate limit",
        per_hour=SYMBOL_ERRORS_PER_HOUR),
-    _r("agent_silent", V.FATAL, A.CHECK_NODE, S.NODE, False,
-       "no report from the node agent: leases keep their GPUs until a person confirms "
-       "the node down"),
+    _r("agent_silent", V.FATAL, A.CHECK_NODE, S.NODE, True,
+       "no report from the node agent for the unreachable threshold: fenced out of its "
+       "leases and replaced; validated by its agent when it reports again"),
 )
 
 # Rows whose signal value is a code looked up as ``<kind>.<value>`` (fallback

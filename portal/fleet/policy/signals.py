@@ -60,8 +60,9 @@ def _gpu_signals(node: str, index: int, now: Entry, before: Entry,
     out = []
     if (dbe := _grew(now, before, "ecc_uncorrected_volatile")) > 0:
         out.append(make(Kind.ECC_DBE, dbe))
-    for kind, key in ((Kind.GPU_LOST, "lost"), (Kind.REMAP_PENDING, "remap_pending"),
-                      (Kind.REMAP_FAILURE, "remap_failure")):
+    for kind, key in ((Kind.GPU_LOST, "lost"),
+                      (Kind.REMAP_PENDING, "remapped_rows_pending"),
+                      (Kind.REMAP_FAILURE, "remapped_rows_failure")):
         if now.get(key) is True and before.get(key) is not True:
             out.append(make(kind, True))
     for kind, mask in ((Kind.THERMAL, THERMAL_BITS), (Kind.POWER_BRAKE, POWER_BRAKE_BIT)):

@@ -27,7 +27,7 @@ rules:
   xid.31: {severity: fatal, action: reset_gpu, fence: true, cause: our apps never fault}
   xid.200: {action: reboot_node, severity: fatal, fence: true}
   ib_symbol_errors: {per_hour: 60}
-  agent_silent: {fence: true}
+  agent_silent: {fence: false}
 guards:
   flap: {max_fences: 2}
   breaker: {max_share: 0.5, min_nodes: 3}
@@ -50,7 +50,7 @@ def test_merge_changes_only_the_fields_given(tmp_path: Path) -> None:
     assert table.rules["xid.200"].action is Action.REBOOT_NODE  # new XID, based on default
     assert table.rules["ib_symbol_errors"].params == {"per_hour": 60.0}
     assert table.rules["ib_symbol_errors"].action == default["ib_symbol_errors"].action
-    assert table.rules["agent_silent"].fence and not default["agent_silent"].fence
+    assert not table.rules["agent_silent"].fence and default["agent_silent"].fence
     assert table.rules["xid.79"] == default["xid.79"]
     assert (table.guards.flap.max_fences, table.guards.flap.window_s) == (2, 86400.0)
     assert (table.guards.breaker.max_share, table.guards.breaker.min_nodes,
@@ -143,7 +143,7 @@ def test_command_prints_the_effective_table(settings: object) -> None:
     lines = text.splitlines()
     assert lines[0] == "# health policy: defaults"
     assert "max_fences=3" in lines[1] and "min_nodes=5" in lines[1]
-    assert "xid.79\tfatal\treboot_node\tgpu\tyes\t-\tnvidia-xid-catalogue" in text
+    assert "xid.79\tfatal\treboot_node\tnode\tyes\t-\tnvidia-xid-catalogue" in text
     assert "ib_symbol_errors\tfatal\tcheck_link\tport\tyes\tper_hour=120\tdefault" in text
     assert len(lines) == 3 + len(default_table().rules)
     keys = [line.split("\t")[0] for line in lines[3:]]

@@ -40,9 +40,9 @@ def kinds(signals: list[Signal]) -> list[tuple[str, Any]]:
     (None, gpu(ecc_uncorrected_volatile=3), []),  # no baseline
     (gpu(lost=False), gpu(lost=True), [("gpu_lost", True)]),
     (gpu(lost=True), gpu(lost=True), []),
-    (gpu(), gpu(remap_pending=True), [("remap_pending", True)]),
-    (gpu(remap_pending=True), gpu(remap_pending=True), []),
-    (gpu(remap_failure=False), gpu(remap_failure=True), [("remap_failure", True)]),
+    (gpu(), gpu(remapped_rows_pending=True), [("remap_pending", True)]),
+    (gpu(remapped_rows_pending=True), gpu(remapped_rows_pending=True), []),
+    (gpu(remapped_rows_failure=False), gpu(remapped_rows_failure=True), [("remap_failure", True)]),
     (gpu(clocks_event_reasons=0x1), gpu(clocks_event_reasons=0x41), [("thermal", 0x40)]),
     (gpu(clocks_event_reasons=0x40), gpu(clocks_event_reasons=0x60), [("thermal", 0x60)]),
     (gpu(clocks_event_reasons=0x40), gpu(clocks_event_reasons=0x40), []),
@@ -123,7 +123,7 @@ def test_xid_events_are_deduplicated_and_not_repeated_by_last_xid() -> None:
 
 def test_unchanged_report_gives_no_signal() -> None:
     g = gpu(ecc_uncorrected_volatile=2, lost=False, last_xid=13, recovery_action=0,
-            clocks_event_reasons=0x1, remap_pending=False, remap_failure=False)
+            clocks_event_reasons=0x1, remapped_rows_pending=False, remapped_rows_failure=False)
     p = port(link_downed=1, symbol_error=5)
     prev_p = {"ts": T0 - 10, "data": p}
     assert signals_from_report("node-1", {0: g}, {0: dict(g)}, {PORT: p}, {PORT: prev_p}, [],

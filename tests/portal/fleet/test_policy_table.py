@@ -44,7 +44,8 @@ def test_every_catalogue_row(row: dict[str, str]) -> None:
     severity = "info" if bucket in {"IGNORE", "FOLLOW_OTHER_XID"} else \
         "fatal" if fatal else "warning"
     assert (verdict.action, verdict.severity, verdict.fence, verdict.scope, verdict.rule) == (
-        EXPECTED_BUCKET[bucket], severity, severity == "fatal", "gpu", f"xid.{row['xid']}")
+        EXPECTED_BUCKET[bucket], severity, severity == "fatal",
+        "node" if EXPECTED_BUCKET[bucket] == "reboot_node" else "gpu", f"xid.{row['xid']}")
     assert f"xid {row['xid']} on GPU 2 of n1" in verdict.cause
 
 
@@ -76,7 +77,7 @@ def test_unknown_xid_gets_the_documented_default(xid: object) -> None:
 
 
 SIGNAL_EXPECTED = [
-    (Kind.GPU_LOST, True, "gpu_lost", Severity.FATAL, Action.REBOOT_NODE, Scope.GPU, True),
+    (Kind.GPU_LOST, True, "gpu_lost", Severity.FATAL, Action.REBOOT_NODE, Scope.NODE, True),
     (Kind.ECC_DBE, 2, "ecc_dbe", Severity.FATAL, Action.RESET_GPU, Scope.GPU, True),
     (Kind.REMAP_PENDING, True, "remap_pending", Severity.WARNING, Action.RESET_GPU, Scope.GPU, False),
     (Kind.REMAP_FAILURE, True, "remap_failure", Severity.FATAL, Action.RMA, Scope.GPU, True),
@@ -84,7 +85,7 @@ SIGNAL_EXPECTED = [
     (Kind.POWER_BRAKE, 0x80, "power_brake", Severity.WARNING, Action.CHECK_NODE, Scope.GPU, False),
     (Kind.RECOVERY_ACTION, 0, "recovery_action.0", Severity.INFO, Action.NONE, Scope.GPU, False),
     (Kind.RECOVERY_ACTION, 1, "recovery_action.1", Severity.FATAL, Action.RESET_GPU, Scope.GPU, True),
-    (Kind.RECOVERY_ACTION, 2, "recovery_action.2", Severity.FATAL, Action.REBOOT_NODE, Scope.GPU, True),
+    (Kind.RECOVERY_ACTION, 2, "recovery_action.2", Severity.FATAL, Action.REBOOT_NODE, Scope.NODE, True),
     (Kind.RECOVERY_ACTION, 3, "recovery_action.3", Severity.WARNING, Action.RESTART_APP, Scope.GPU, False),
     (Kind.RECOVERY_ACTION, 4, "recovery_action.4", Severity.WARNING, Action.RESET_GPU, Scope.GPU, False),
     (Kind.RECOVERY_ACTION, 5, "recovery_action.5", Severity.FATAL, Action.RESET_GPU, Scope.GPU, True),
@@ -93,7 +94,7 @@ SIGNAL_EXPECTED = [
     (Kind.IB_PORT_UP, "ACTIVE/LinkUp", "ib_port_up", Severity.INFO, Action.NONE, Scope.PORT, False),
     (Kind.IB_LINK_DOWNED, 1, "ib_link_downed", Severity.FATAL, Action.CHECK_LINK, Scope.PORT, True),
     (Kind.IB_SYMBOL_ERRORS, 121.0, "ib_symbol_errors", Severity.FATAL, Action.CHECK_LINK, Scope.PORT, True),
-    (Kind.AGENT_SILENT, 45.0, "agent_silent", Severity.FATAL, Action.CHECK_NODE, Scope.NODE, False),
+    (Kind.AGENT_SILENT, 45.0, "agent_silent", Severity.FATAL, Action.CHECK_NODE, Scope.NODE, True),
 ]
 
 
