@@ -28,6 +28,7 @@ from portal.core.errors import Conflict
 from portal.core.services import audit_record
 from portal.fleet import hooks
 from portal.fleet.models import ServiceEvent
+from portal.fleet.policy.loader import effective_table
 from portal.inventory.models import Gpu, Node, Service
 
 ALLOWED: dict[str, frozenset[str]] = {
@@ -39,9 +40,6 @@ ALLOWED: dict[str, frozenset[str]] = {
 OFFERED = frozenset({Service.IN_SERVICE})
 # Still granted to the leases that hold it (suspect: cordoned, not fenced).
 KEPT_BY_LEASES = frozenset({Service.IN_SERVICE, Service.SUSPECT})
-# A part sent to repair this often within the window stays out until an operator returns it.
-FLAP_COUNT = 3
-FLAP_WINDOW = timedelta(hours=24)
 
 
 class IllegalServiceTransition(Conflict):
@@ -86,12 +84,14 @@ def transition(part: Part, to: str, *, cause: str, actor: Any = None, rule: str 
 
 
 def flapping(part: Part, now: datetime | None = None) -> bool:
-    """Sent to repair ``FLAP_COUNT`` times or more within ``FLAP_WINDOW``."""
-    since = (now or clock.now()) - FLAP_WINDOW
+    """Sent to repair the policy's ``flap.max_fences`` times (3) or more within its
+    ``flap.window_s`` (24 h): it stays out until an operator returns it."""
+    flap = effective_table().guards.flap
+    since = (now or clock.now()) - timedelta(seconds=flap.window_s)
     events = ServiceEvent.objects.filter(node=_node_of(part), to_state=Service.OUT_OF_SERVICE,
                                          created__gte=since)
     events = events.filter(gpu=part) if isinstance(part, Gpu) else events.filter(gpu=None)
-    return events.count() >= FLAP_COUNT
+    return events.count() >= flap.max_fences
 
 
 def lock_node(node: Node) -> Node:

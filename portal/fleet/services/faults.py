@@ -7,11 +7,14 @@ module is the one place that turns its verdict into the service lifecycle.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from portal.core import clock
 from portal.core.services import audit_record
 from portal.fleet import lifecycle
 from portal.fleet.models import ServiceEvent
+from portal.fleet.policy import agent_silent, classify
+from portal.fleet.policy.loader import effective_table
 from portal.fleet.services import validation
 from portal.inventory.models import Gpu, Node, Service
 
@@ -40,10 +43,46 @@ def gpu_failed(*, gpu: Gpu, cause: str, rule: str, at: datetime | None = None) -
 
 
 def node_failed(*, node: Node, cause: str, rule: str, at: datetime | None = None) -> bool:
-    """The whole node leaves service (and every lease on it); False when it already had."""
+    """The whole node leaves service (and every lease on it); False when it already had,
+    for a stale event, or while the circuit breaker holds automatic fencing (the node is
+    then cordoned and a person told)."""
     if stale(node, at, cause):
         return False
+    if node.service == Service.IN_SERVICE and breaker_open(node, cause):
+        return False
     return lifecycle.send_to_repair(node, cause=cause, rule=rule, at=at)
+
+
+def breaker_open(node: Node, cause: str) -> bool:
+    """Would fencing this node make more than the policy's share of the fleet go out of
+    service within its window? A bad rule or a facility event is not 40 % of nodes failing:
+    the node is cordoned (suspect) instead, and the trip is audited for a person."""
+    breaker = effective_table().guards.breaker
+    since = clock.now() - timedelta(seconds=breaker.window_s)
+    recent = (ServiceEvent.objects.filter(gpu=None, to_state=Service.OUT_OF_SERVICE,
+                                          created__gte=since)
+              .exclude(rule="operator").values("node").distinct().count()) + 1
+    fleet = Node.objects.count()
+    if recent < breaker.min_nodes or recent <= breaker.max_share * max(fleet, 1):
+        return False
+    lifecycle.mark_suspect(node, cause=f"circuit breaker held: {cause}"[:300],
+                           rule="circuit_breaker")
+    audit_record(actor=None, action="fleet.circuit_open", obj=node, changes={
+        "cause": cause, "nodes_out_in_window": recent, "fleet": fleet,
+        "alert": f"{recent} of {fleet} nodes would be out of service within "
+                 f"{breaker.window_s / 60:g} min: automatic fencing held, a person decides"})
+    return True
+
+
+def silent(*, node: Node, now: datetime) -> bool:
+    """The health sweep found the node's agent silent: the policy's ``agent_silent`` row
+    decides (default: fence and send to repair)."""
+    signal = agent_silent(node.hostname, node.last_heartbeat, now)
+    verdict = classify(signal, effective_table())
+    if verdict is None or not verdict.fence:
+        return False
+    return node_failed(node=node, rule=verdict.rule, at=node.last_heartbeat,
+                       cause=f"agent silent since {node.last_heartbeat or 'enrolment'}")
 
 
 def node_back(*, node: Node) -> bool:

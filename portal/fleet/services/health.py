@@ -1,14 +1,16 @@
-"""Node health: heartbeat timeout → unreachable; critical XIDs → GPU quarantined/lost;
-IB link down, error counter increases and saturated error counters → node alerts.
+"""Node health: a report's signals through the health policy (``verdicts``: a fenced
+GPU or node goes to repair, a warning raises an alert), IB link and error-counter alerts,
+and the heartbeat timeout (silence → the ``agent_silent`` row: the node goes to repair,
+and is validated when it reports again).
 
 ``NodeHealth`` is written only when something changes, so a healthy report costs nothing
-here. ``Node.state`` is never touched: an unreachable node keeps its leases and its GPUs
-are not offered to anyone else (``selectors.unreachable_node_ids``) until staff act.
+here. ``Node.state`` is staff's; the service lifecycle (``portal.fleet.lifecycle``) is what
+takes hardware out of leases and brings it back proven.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
@@ -18,11 +20,11 @@ from portal.core import clock
 from portal.core.services import audit_record
 from portal.fleet import intervals
 from portal.fleet.models import NodeHealth
-from portal.fleet.services import faults
+from portal.fleet.policy import Action
+from portal.fleet.services import faults, verdicts
 from portal.inventory.models import Gpu, Node
 
 LOST, QUARANTINED = Gpu.Health.LOST, Gpu.Health.QUARANTINED
-CRITICAL_XIDS = {48: QUARANTINED, 79: LOST, 94: QUARANTINED, 95: QUARANTINED}
 RANK = {Gpu.Health.HEALTHY: 0, Gpu.Health.DEGRADED: 1, QUARANTINED: 2, LOST: 3}
 ERROR_COUNTERS = ("link_downed", "symbol_error", "port_rcv_errors")
 
@@ -91,8 +93,7 @@ def health_sweep() -> int:
         row.save(update_fields=["reachable", "unreachable_since", "alerts", "updated"])
         audit_record(actor=None, action="fleet.node_unreachable", obj=node,
                      changes={"last_heartbeat": str(node.last_heartbeat)})
-        faults.node_failed(node=node, rule=faults.SILENT, at=node.last_heartbeat,
-                           cause=f"agent silent since {node.last_heartbeat or 'enrolment'}")
+        faults.silent(node=node, now=clock.now())
         count += 1
     return count
 
@@ -112,21 +113,6 @@ def gpu_quarantine(*, node: Node, index: int | None, uuid: str, health: str,
     _merge(node, [_alert(f"gpu:{gpu.index}", "gpu", "critical",
                          f"GPU {gpu.index} ({gpu.uuid}) {health}: {reason}")])
     return gpu
-
-
-def _gpu_events(gpus: dict[int, dict[str, Any]], prev: dict[int, dict[str, Any]],
-                xid_events: list[dict[str, Any]]) -> list[tuple[int | None, str, str, str]]:
-    index_of = {g.get("uuid"): i for i, g in gpus.items()}
-    events = [(index_of.get(e["gpu_uuid"]), e["gpu_uuid"], CRITICAL_XIDS[e["xid"]],
-               f"xid {e['xid']}") for e in xid_events if e["xid"] in CRITICAL_XIDS]
-    for index, g in gpus.items():
-        before = prev.get(index) or {}
-        if g.get("lost") and not before.get("lost"):
-            events.append((index, str(g.get("uuid") or ""), LOST, "gpu_is_lost"))
-        xid = g.get("last_xid")
-        if xid in CRITICAL_XIDS and not g["healthy"] and before.get("last_xid") != xid:
-            events.append((index, str(g.get("uuid") or ""), CRITICAL_XIDS[xid], f"xid {xid}"))
-    return list(dict.fromkeys(events))
 
 
 def _link_alerts(port: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -158,14 +144,15 @@ def _error_increase(key: tuple[str, int], port: dict[str, Any],
                   f"{key[0]} port {key[1]} errors: {', '.join(grew)}")
 
 
-Changes = tuple[list[tuple[int | None, str, str, str]], list[dict[str, Any]], set[str]]
+Changes = tuple[list[dict[str, Any]], set[str]]
 
 
 def _changes(gpus: dict[int, dict[str, Any]], prev_gpus: dict[int, dict[str, Any]],
              ports: dict[tuple[str, int], dict[str, Any]],
              prev_ports: dict[tuple[str, int], dict[str, Any]],
              xid_events: list[dict[str, Any]]) -> Changes:
-    """The GPU events, the alerts to add and the alert keys to drop (no database work)."""
+    """The port alerts to add and the alert keys to drop (no database work); what GPUs and
+    ports *do* to the lifecycle is the health policy's (``verdicts``)."""
     add: list[dict[str, Any]] = []
     drop: set[str] = set()
     for key, port in ports.items():
@@ -177,7 +164,7 @@ def _changes(gpus: dict[int, dict[str, Any]], prev_gpus: dict[int, dict[str, Any
             drop |= set(before) - set(now_alerts)
         if (grew := _error_increase(key, port, prev)) is not None:
             add.append(grew)
-    return _gpu_events(gpus, prev_gpus, xid_events), add, drop
+    return add, drop
 
 
 def would_change(*, gpus: dict[int, dict[str, Any]], prev_gpus: dict[int, dict[str, Any]],
@@ -185,37 +172,28 @@ def would_change(*, gpus: dict[int, dict[str, Any]], prev_gpus: dict[int, dict[s
                  prev_ports: dict[tuple[str, int], dict[str, Any]],
                  xid_events: list[dict[str, Any]]) -> bool:
     """``evaluate`` with these arguments would write something (no database work)."""
-    return any(_changes(gpus, prev_gpus, ports, prev_ports, xid_events))
+    return any(_changes(gpus, prev_gpus, ports, prev_ports, xid_events)) or bool(
+        verdicts.judge(hostname="", gpus=gpus, prev_gpus=prev_gpus, ports=ports,
+                       prev_ports=prev_ports, xid_events=xid_events))
 
 
 def evaluate(*, node: Node, gpus: dict[int, dict[str, Any]],
              prev_gpus: dict[int, dict[str, Any]], ports: dict[tuple[str, int], dict[str, Any]],
              prev_ports: dict[tuple[str, int], dict[str, Any]],
              xid_events: list[dict[str, Any]]) -> None:
-    events, add, drop = _changes(gpus, prev_gpus, ports, prev_ports, xid_events)
-    for index, uuid, health, reason in events:
-        gpu = gpu_quarantine(node=node, index=index, uuid=uuid, health=health, reason=reason)
-        at = _event_time(xid_events, gpu.uuid) if gpu is not None else None
-        if gpu is not None and health == LOST:  # off the bus: the node needs a reboot
-            faults.node_failed(node=node, cause=f"GPU {gpu.index} {reason}", rule=reason,
-                               at=at)
-        elif gpu is not None:
-            faults.gpu_failed(gpu=gpu, cause=reason, rule=reason, at=at)
+    add, drop = _changes(gpus, prev_gpus, ports, prev_ports, xid_events)
+    judged = verdicts.judge(hostname=node.hostname, gpus=gpus, prev_gpus=prev_gpus,
+                            ports=ports, prev_ports=prev_ports, xid_events=xid_events)
+    for signal, verdict in judged:  # the GPU's symptom, with its alert
+        if verdict.fence and signal.gpu_index is not None:
+            symptom = LOST if verdict.action is Action.REBOOT_NODE else QUARANTINED
+            gpu_quarantine(node=node, index=signal.gpu_index, uuid=signal.gpu_uuid or "",
+                           health=symptom, reason=verdict.cause)
+    gpus_here = ({g.index: g for g in Gpu.objects.filter(node=node)}
+                 if any(s.gpu_index is not None for s, _ in judged) else {})
+    add = add + verdicts.apply(node=node, judged=judged, gpu_by_index=gpus_here)
     if add or drop:
         _merge(node, add, drop)
-    down = [a for a in add if a["key"].endswith(":link")]
-    if down:
-        faults.node_failed(node=node, cause=down[0]["message"], rule="ib_port_down")
-
-
-def _event_time(xid_events: list[dict[str, Any]], uuid: str) -> datetime | None:
-    """The agent's own time of the GPU's first XID in this report (the billing boundary,
-    ADR 0220); None: the report's arrival."""
-    stamps = [e["ts"] for e in xid_events if e.get("gpu_uuid") == uuid
-              and isinstance(e.get("ts"), int | float)]
-    if not stamps:
-        return None
-    return datetime.fromtimestamp(min(stamps), tz=UTC)
 
 
 @transaction.atomic

@@ -102,7 +102,7 @@ def test_a_failed_validation_sends_the_part_back_to_repair(agent_client: Any) ->
 def test_a_flapping_part_stays_out_until_an_operator_returns_it(agent_client: Any) -> None:
     node = _enrolled(agent_client)
     bad = Gpu.objects.get(node=node, index=0)
-    for _ in range(lifecycle.FLAP_COUNT):
+    for _ in range(3):  # the policy's flap.max_fences
         faults.gpu_failed(gpu=bad, cause="xid 48", rule="xid.48")
         run = validation.validate(part=bad)
         validation.observed(node=node, result={"id": run.request_id, "passed": True,
