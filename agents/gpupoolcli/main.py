@@ -42,14 +42,13 @@ def cli(ctx: click.Context, profile: str, url: str, api_key: str) -> None:
 
 
 @cli.command()
+@click.option("--url", "new_url", default=None, help="The portal URL (prompted when unknown).")
 @click.option("--key", "new_key", default=None, help="The API key (prompted when left out).")
 @output_option
 @pass_session
-def login(session: Session, new_key: str | None, fmt: str) -> None:
+def login(session: Session, new_url: str | None, new_key: str | None, fmt: str) -> None:
     """Check an API key against the portal and store it in the profile (mode 0600)."""
-    url, _stored = session.resolved()
-    if not url:
-        url = click.prompt(_("Portal URL"))
+    url = new_url or session.resolved()[0] or click.prompt(_("Portal URL"))
     session.url = url
     session.api_key = new_key or session.api_key or click.prompt(_("API key"),
                                                                   hide_input=True)

@@ -34,7 +34,9 @@ def _cell(value: Any) -> str:
 
 
 def _console() -> Console:
-    return Console(file=sys.stdout, soft_wrap=True)
+    """A terminal's width on a terminal; into a pipe, rows are never cut (ids whole)."""
+    width = None if sys.stdout.isatty() else 4096
+    return Console(file=sys.stdout, soft_wrap=True, width=width)
 
 
 def render(data: Any, fmt: str, columns: Sequence[str] | None = None) -> None:
@@ -51,7 +53,7 @@ def render(data: Any, fmt: str, columns: Sequence[str] | None = None) -> None:
     if isinstance(data, list):
         names = list(columns or (data[0].keys() if data else []))
         for name in names:
-            table.add_column(name.upper())
+            table.add_column(name.upper(), overflow="fold")
         for row in data:
             table.add_row(*(_cell(row.get(name)) for name in names))
     else:

@@ -15,6 +15,7 @@ from agents.gpupoolcli.errors import CliError, Exit
 from agents.gpupoolcli.i18n import _
 
 RUNNING = ("active", "notice")  # notice: a spot lease told it will be preempted
+pause: Callable[[float], None] = time.sleep  # replaced in tests
 ENDED = ("ended", "rejected", "cancelled", "failed", "preempted", "expired", "releasing")
 
 
@@ -29,8 +30,8 @@ def progress_line(lease: dict[str, Any]) -> str:
     return " · ".join(parts)
 
 
-def wait_active(api: Api, lease: dict[str, Any], *, interval_s: float, timeout_s: float,
-                sleep: Callable[[float], None] = time.sleep) -> dict[str, Any]:
+def wait_active(api: Api, lease: dict[str, Any], *, interval_s: float,
+                timeout_s: float) -> dict[str, Any]:
     """The lease once it runs; ``CliError`` when it ends first, on timeout or on Ctrl-C."""
     deadline = time.monotonic() + timeout_s
     shown = ""
@@ -49,7 +50,7 @@ def wait_active(api: Api, lease: dict[str, Any], *, interval_s: float, timeout_s
             if time.monotonic() >= deadline:
                 raise CliError(_("Gave up waiting; lease {id} is still {state}.").format(
                     id=lease["id"], state=lease["state"]), Exit.WAIT_TIMEOUT)
-            sleep(interval_s)
+            pause(interval_s)
             lease = api.get(f"/leases/{lease['id']}")
     except KeyboardInterrupt:
         raise CliError(_("Interrupted; the order stays in place: gpupool lease show {id}")
