@@ -122,13 +122,28 @@ def test_cancel_a_booking_and_quote(portal: dict[str, str]) -> None:
     assert cancelled["state"] == "cancelled"
 
 
-def test_usage_and_invoices(portal: dict[str, str]) -> None:
+def test_usage_and_invoices(portal: dict[str, str], tmp_path: Path) -> None:
+    from portal.billing.services import invoice_refresh
+    from portal.tenants.models import Tenant
+
+    month = datetime.now(UTC).date().replace(day=1)
+    invoice_refresh(tenant=Tenant.objects.get(slug="acme"), month=month)
     quotas = as_json(run(portal, "usage", "-o", "json"))
     assert quotas[0]["gpu_model"] == "H100" and quotas[0]["max_gpus"] == 16
     export = run(portal, "usage", "export", "--type", "csv")
     assert export.exit_code == 0, export.output
     assert export.stdout.splitlines()[0].startswith("record_id,tenant,lease_id")
-    assert as_json(run(portal, "invoice", "ls", "-o", "json")) == []
+    invoices = as_json(run(portal, "invoice", "ls", "-o", "json"))
+    assert [row["month"] for row in invoices] == [month.isoformat()]
+    target = tmp_path / "invoice.csv"
+    saved = run(portal, "invoice", "download", month.strftime("%Y-%m"), "-f", str(target))
+    assert saved.exit_code == 0, saved.output
+    assert target.read_text().splitlines()[0].startswith("kind,lease_id,description")
+    named = run(portal, "invoice", "download", month.strftime("%Y-%m"), "-f", "-")
+    assert "total," in named.stdout
+    missing = run(portal, "invoice", "download", "2020-01")
+    assert missing.exit_code == 3 and "No such invoice." in missing.stderr
+    assert run(portal, "invoice", "download", "January").exit_code == 2
 
 
 def test_unknown_lease_exits_3_with_the_servers_message(portal: dict[str, str]) -> None:
