@@ -82,7 +82,7 @@ class InvoiceListView(APIView):
 class InvoiceCsvView(APIView):
     """One month's invoice of your tenant as CSV (tenant admins; the page's file)."""
 
-    @extend_schema(responses={(200, "text/csv"): str})
+    @extend_schema(operation_id="billing_invoice_csv", responses={(200, "text/csv"): str})
     def get(self, request: Request, year: int, month: int) -> HttpResponse:
         tenant = access.require_active_tenant(request, Role.ADMIN)
         try:
