@@ -238,3 +238,21 @@ def test_the_installed_console_script(portal: dict[str, str]) -> None:
     missing = subprocess.run([str(script), "lease", "show", "nope"], env=env,
                              capture_output=True, text=True, timeout=60)
     assert missing.returncode == 3 and "No such lease." in missing.stderr
+
+
+def test_wait_gives_up_with_exit_6_and_the_order_stays(portal: dict[str, str]) -> None:
+    result = run(portal, "lease", "create", "--gpus", "2", "--hours", "1", "--wait",
+                 "--wait-timeout", "0")
+    assert result.exit_code == 6 and "Gave up waiting" in result.stderr
+    assert Lease.objects.count() == 1
+
+
+def test_a_lease_that_ends_while_waited_for_exits_1(portal: dict[str, str],
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    def cancel_meanwhile(_seconds: float) -> None:
+        lease = Lease.objects.get()
+        assert run(portal, "lease", "cancel", str(lease.pk)).exit_code == 0
+
+    monkeypatch.setattr(waiting, "pause", cancel_meanwhile)
+    result = run(portal, "lease", "create", "--gpus", "2", "--hours", "1", "--wait")
+    assert result.exit_code == 1 and "ended as cancelled" in result.stderr
