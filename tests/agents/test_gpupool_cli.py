@@ -84,7 +84,8 @@ def as_json(result: Result) -> Any:
 
 
 def test_lease_lifecycle_through_every_lease_command(portal: dict[str, str],
-                                                     agents_running: None) -> None:
+                                                     agents_running: None,
+                                                     tmp_path: Path) -> None:
     created = as_json(run(portal, "lease", "create", "--gpus", "8", "--model", "H100",
                           "--hours", "1", "--wait", "--interval", "0.2", "-o", "json"))
     assert created["state"] == "active" and created["id"]
@@ -98,6 +99,14 @@ def test_lease_lifecycle_through_every_lease_command(portal: dict[str, str],
 
     ssh = run(portal, "lease", "ssh", lease_id)
     assert ssh.exit_code == 0 and ssh.stdout.startswith(f"ssh lease-{lease_id.replace('-', '')[:12]}@")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(f'#!/bin/sh\necho "$@" > {tmp_path}/ssh-args\nexit 7\n')
+    (bin_dir / "ssh").chmod(0o755)
+    ran = run({**portal, "PATH": f"{bin_dir}:{os.environ['PATH']}"}, "lease", "ssh", lease_id,
+              "--run", "--", "nvidia-smi")
+    assert ran.exit_code == 7  # ssh's own exit status
+    assert (tmp_path / "ssh-args").read_text().split() == [ssh.stdout.split()[1], "nvidia-smi"]
     env = run(portal, "lease", "env", lease_id)
     assert env.exit_code == 0, env.output
     assert "export NCCL_IB_HCA=" in env.stdout and "export UCX_NET_DEVICES=" in env.stdout
