@@ -9,10 +9,11 @@ PORT ?= 8000
 	bench-longpoll \
 	bench-latency bench-export clean
 
-$(STAMP): requirements.txt requirements-dev.txt
+$(STAMP): requirements.txt requirements-dev.txt pyproject.toml
 	$(PY) -m pip --version >/dev/null 2>&1 || $(PYTHON) -m venv --clear $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r requirements-dev.txt
+	$(PY) -m pip install -q --no-deps -e .  # the `gpupool` CLI at $(VENV)/bin/gpupool
 	touch $(STAMP)
 
 venv: $(STAMP)

@@ -33,6 +33,8 @@ urlpatterns = [
     path("capacity", inventory.CapacityView.as_view(), name="capacity"),
     path("billing/usage", billing.UsageExportView.as_view(), name="billing-usage"),
     path("billing/invoices", billing.InvoiceListView.as_view(), name="billing-invoices"),
+    path("billing/invoices/<int:year>-<int:month>.csv", billing.InvoiceCsvView.as_view(),
+         name="billing-invoice-csv"),
     path("billing/budget", billing.BudgetView.as_view(), name="billing-budget"),
     path("billing/showback", billing.ShowbackView.as_view(), name="billing-showback"),
     path("orders", leasing.OrderView.as_view(), name="order-create"),

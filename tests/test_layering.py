@@ -69,8 +69,25 @@ def _external_imports(package: str) -> dict[str, set[str]]:
 def test_agents_import_only_their_allowed_third_party_packages() -> None:
     """House rule 7: an agent host needs nothing but the stdlib, NVML, an HTTP client and
     the Prometheus client."""
-    extra = {m: roots - AGENTS_THIRD_PARTY for m, roots in _external_imports("agents").items()}
+    extra = {m: roots - AGENTS_THIRD_PARTY - (CLI_THIRD_PARTY if _is_cli(m) else set())
+             for m, roots in _external_imports("agents").items()}
     assert {m: r for m, r in extra.items() if r} == {}
+
+
+# The tenants' CLI (agents/gpupoolcli, ADR 0195) runs on laptops, not agent hosts: it may
+# also use click, rich and PyYAML; no agent module imports it (so no host needs them).
+CLI_THIRD_PARTY = {"click", "rich", "yaml"}
+
+
+def _is_cli(module: str) -> bool:
+    return module == "agents.gpupoolcli" or module.startswith("agents.gpupoolcli.")
+
+
+def test_no_agent_module_imports_the_tenant_cli() -> None:
+    graph = grimp.build_graph("agents")
+    users = {m for m in graph.find_descendants("agents") | {"agents"} if not _is_cli(m)
+             and any(_is_cli(i) for i in graph.find_modules_directly_imported_by(m))}
+    assert users == set()
 
 
 def test_exactly_one_module_imports_pynvml() -> None:

@@ -8,6 +8,8 @@ so they match ``selectors.invoice_totals`` to the cent. A draft shows its live t
 
 from __future__ import annotations
 
+import csv
+import io
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
@@ -79,6 +81,29 @@ def statement(*, tenant: Tenant, month: date) -> Statement | None:
         "usage_total": invoice.usage_total, "credit_total": invoice.credit_total,
         "total": invoice.total}
     return Statement(invoice, _usage_lines(tenant, invoice.month), credits, totals)
+
+
+def statement_csv(doc: Statement) -> tuple[str, str]:
+    """(file name, CSV text) of a statement: its usage lines, credits and totals; the same
+    file for the page download and the API (``GET /billing/invoices/YYYY-MM.csv``)."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(["kind", "lease_id", "description", "gpu_model", "priority", "gpu_hours",
+                     "unit_price", "amount", "currency"])
+    for line in doc.lines:
+        writer.writerow(["usage", line["lease"], line["name"], line["gpu_model"],
+                         line["priority"], f"{line['gpu_hours']:f}", f"{line['unit_price']:f}",
+                         f"{line['cost']:f}", line["currency"]])
+    for credit in doc.credits:
+        writer.writerow([credit["category"].lower(), "", credit["description"], "", "", "", "",
+                         f"{credit['amount']:f}", credit["currency"]])
+    currency = doc.invoice.currency
+    for name in ("usage_total", "credit_total", "total"):
+        writer.writerow([name, "", "", "", "", "", "", f"{doc.totals[name]:f}", currency])
+    month = doc.invoice.month
+    status = "draft" if doc.is_draft else "final"
+    return (f"gpupool-invoice-{doc.invoice.tenant.slug}-{month.year:04d}-{month.month:02d}-"
+            f"{status}.csv", out.getvalue())
 
 
 def lease_money(lease: Any) -> dict[str, Any] | None:

@@ -3,8 +3,6 @@ a month's invoice as CSV or as a printable page (tenant admins; staff)."""
 
 from __future__ import annotations
 
-import csv
-import io
 from datetime import date
 
 from django.contrib.auth.decorators import login_required
@@ -56,24 +54,7 @@ def invoice_page(request: HttpRequest, year: int, month: int) -> HttpResponse:
 
 @login_required
 def invoice_csv(request: HttpRequest, year: int, month: int) -> HttpResponse:
-    doc = _statement(request, year, month)
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(["kind", "lease_id", "description", "gpu_model", "priority", "gpu_hours",
-                     "unit_price", "amount", "currency"])
-    for line in doc.lines:
-        writer.writerow(["usage", line["lease"], line["name"], line["gpu_model"],
-                         line["priority"], f"{line['gpu_hours']:f}", f"{line['unit_price']:f}",
-                         f"{line['cost']:f}", line["currency"]])
-    for credit in doc.credits:
-        writer.writerow([credit["category"].lower(), "", credit["description"], "", "", "", "",
-                         f"{credit['amount']:f}", credit["currency"]])
-    currency = doc.invoice.currency
-    for name in ("usage_total", "credit_total", "total"):
-        writer.writerow([name, "", "", "", "", "", "", f"{doc.totals[name]:f}", currency])
-    response = HttpResponse(out.getvalue(), content_type="text/csv; charset=utf-8")
-    status = "draft" if doc.is_draft else "final"
-    response["Content-Disposition"] = (f'attachment; filename="gpupool-invoice-'
-                                       f'{doc.invoice.tenant.slug}-{year:04d}-{month:02d}-'
-                                       f'{status}.csv"')
+    name, text = statements.statement_csv(_statement(request, year, month))
+    response = HttpResponse(text, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response

@@ -95,6 +95,8 @@ ROUTES: dict[str, list[Case]] = {
     "auditlog-detail": [("GET", "audit", {}, _row(200, 200, 404, 404, 404))],
     "billing-usage": [("GET", "none", {"type": "csv"}, OWN_TENANT)],
     "billing-invoices": [("GET", "none", {}, OWN_TENANT)],
+    # this month's statement as CSV, tenant admins only (the page's file; gpupool invoice)
+    "billing-invoice-csv": [("GET", "this_month", {}, _row(200, 200, 404, 403, 404))],
     "billing-budget": [("GET", "none", {}, OWN_TENANT)],
     "billing-showback": [("GET", "none", {}, OWN_TENANT)],
     "order-create": [("POST", "none", ORDER, _row(201, 201, 201, 403, 404))],

@@ -88,6 +88,7 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, int]]] = {
     ("auditlog-list", "GET"): ("none", {}, _row(*ANY_USER)),
     ("billing-usage", "GET"): ("none", {}, _row(*ANY_USER)),
     ("billing-invoices", "GET"): ("none", {}, _row(*ANY_USER)),
+    ("billing-invoice-csv", "GET"): ("this_month", {}, _row(401, 404, 403, 403, 200, 404)),
     ("billing-budget", "GET"): ("none", {}, _row(401, 200, 200, 200, 200, 400)),
     ("billing-showback", "GET"): ("none", {}, _row(*ANY_USER)),
     ("auditlog-detail", "GET"): ("audit", {}, _row(401, 404, 404, 404, 200, 200)),
@@ -160,6 +161,7 @@ def world(db: Any) -> dict[str, Any]:
     storage = HcaPort.objects.create(fabric=Fabric.objects.get(), port_guid="0x00000000005a0001",
                                      description="storage-01 mlx5_0")
     key = api_key_create(actor=users["admin"], name="a-key", tenant=a).key
+    invoice_refresh(tenant=a, month=timezone.now().date().replace(day=1))
     victim = Membership.objects.get(user=users["member"])
     entry = audit_record(actor=users["admin"], action="test.secret", tenant=a,
                          changes={"secret": "tenant-a-only"})
@@ -194,6 +196,7 @@ def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "gpu_uuid": {"uuid": w["gpu"].uuid},
         "audit": {"pk": w["audit"].pk},
         "lease": {"pk": w["lease"].pk},
+        "this_month": {"year": timezone.now().year, "month": timezone.now().month},
         "active_lease": {"pk": w["active_lease"].pk},
         "storage": {"pk": w["storage"].pk},
     }[kind]

@@ -6,16 +6,17 @@ from __future__ import annotations
 from datetime import date
 from typing import Any
 
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
+from django.utils.translation import gettext as _
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from portal.billing import exports, selectors
-from portal.core.errors import ApplicationError
+from portal.billing import exports, selectors, statements
+from portal.core.errors import ApplicationError, NotFound
 from portal.tenants import access
-from portal.tenants.models import Tenant
+from portal.tenants.models import Role, Tenant
 
 PERIOD = [OpenApiParameter("from", str, description="YYYY-MM-DD (UTC, inclusive)"),
           OpenApiParameter("to", str, description="YYYY-MM-DD (UTC, exclusive)"),
@@ -76,6 +77,24 @@ class InvoiceListView(APIView):
             "tenant__slug", "month", "currency", "status", "usage_total", "credit_total",
             "total", "line_count", "finalized_at")[:500]
         return Response({"results": [{**r, "tenant": r.pop("tenant__slug")} for r in rows]})
+
+
+class InvoiceCsvView(APIView):
+    """One month's invoice of your tenant as CSV (tenant admins; the page's file)."""
+
+    @extend_schema(operation_id="billing_invoice_csv", responses={(200, "text/csv"): str})
+    def get(self, request: Request, year: int, month: int) -> HttpResponse:
+        tenant = access.require_active_tenant(request, Role.ADMIN)
+        try:
+            doc = statements.statement(tenant=tenant, month=date(year, month, 1))
+        except ValueError:
+            doc = None
+        if doc is None:
+            raise NotFound(_("No such invoice."))
+        name, text = statements.statement_csv(doc)
+        response = HttpResponse(text, content_type="text/csv; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
 
 
 class BudgetView(APIView):
