@@ -222,8 +222,8 @@ def _plan(node: Node, body: dict[str, Any], newest: bool,
     observed = _observed_values(node, body["observed"]) if newest else None
     quiet = (observed is None and health.is_reachable(node)
              and not health.would_change(
-                 gpus={k: v[1] for k, v in fresh_gpus.items()}, prev_gpus=prev_gpus,
-                 ports={k: v[1] for k, v in fresh_ports.items()}, prev_ports=prev_ports,
+                 gpus=_stamped(fresh_gpus), prev_gpus=prev_gpus,
+                 ports=_stamped(fresh_ports), prev_ports=prev_ports,
                  xid_events=xids)
              and not (newest and cleaning.new_unclean(body["observed"],
                                                       cleaning.previous_observed(node))))
@@ -231,13 +231,19 @@ def _plan(node: Node, body: dict[str, Any], newest: bool,
                  quiet)
 
 
+def _stamped(latest: Fresh) -> dict[Any, dict[str, Any]]:
+    """Each latest entry with its sample time (``ts``): the health policy's rates and
+    billing's fault time come from when it was measured, not when it arrived."""
+    return {k: {**entry, "ts": ts} for k, (ts, entry) in latest.items()}
+
+
 def _node_report(node: Node, body: dict[str, Any], newest: bool,
                  plan: _Plan | None) -> bool:
     """Store the report; True when the node's observed state changed."""
     plan = plan or _plan(node, body, newest, None)
     _store(node, plan)
-    health.evaluate(node=node, gpus={k: v[1] for k, v in plan.gpus.items()},
-                    prev_gpus=plan.prev_gpus, ports={k: v[1] for k, v in plan.ports.items()},
+    health.evaluate(node=node, gpus=_stamped(plan.gpus),
+                    prev_gpus=plan.prev_gpus, ports=_stamped(plan.ports),
                     prev_ports=plan.prev_ports, xid_events=plan.xids)
     if newest:  # before the convergence hook: nothing waiting on an unclean GPU activates
         cleaning.unclean_reported(node=node, observed=body["observed"],
