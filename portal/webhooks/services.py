@@ -191,13 +191,14 @@ def message_claim(*, message_id: Any, hold_s: float) -> Message | None:
         endpoint__enabled=True).update(next_attempt_at=now + timedelta(seconds=hold_s))
     if not claimed:
         return None
-    return Message.objects.select_related("endpoint", "endpoint__created_by").get(pk=message_id)
+    return (Message.objects.select_related("endpoint", "endpoint__tenant", "endpoint__created_by")
+            .get(pk=message_id))
 
 
 def _disable(endpoint: Endpoint, reason: str, now: datetime) -> None:
     Endpoint.objects.filter(pk=endpoint.pk).update(enabled=False, disabled_reason=reason[:300],
                                                    disabled_at=now)
-    audit_record(actor=None, action="webhook.disable", obj=endpoint, tenant=endpoint.tenant_id,
+    audit_record(actor=None, action="webhook.disable", obj=endpoint, tenant=endpoint.tenant,
                  changes={"reason": reason})
 
 
