@@ -175,6 +175,17 @@ ROUTES: dict[str, list[Case]] = {
     "web:api_keys": [("GET", "none", {}, PAGE)],
     "web:api_key_revoke": [("POST", "key_id", {}, _row(302, LOGIN, LOGIN, 404, 200))],
     "web:quotas": [("GET", "none", {}, PAGE)],
+    # webhook pages: the tenant's owners and admins (removed: the "no tenant" page)
+    "webhooks:list": [("GET", "none", {}, PAGE_MEMBER),
+                      ("POST", "none", {"url": "http://127.0.0.1:18131/p", "events": ["*"]},
+                       PAGE_MEMBER)],
+    "webhooks:detail": [("GET", "endpoint_id", {}, PAGE_MEMBER),
+                        ("POST", "endpoint_id", {"events": ["lease.ended"]},
+                         _row(302, LOGIN, LOGIN, 403, 200))],
+    "webhooks:enable": [("POST", "endpoint_id", {"enabled": "0"}, _row(302, LOGIN, LOGIN, 403, 200))],
+    "webhooks:rotate": [("POST", "endpoint_id", {}, PAGE_MEMBER)],
+    "webhooks:delete": [("POST", "endpoint_id", {}, _row(302, LOGIN, LOGIN, 403, 200))],
+    "webhooks:resend": [("POST", "message_id", {}, _row(302, LOGIN, LOGIN, 403, 200))],
     "billing:export": [("GET", "none", {"type": "csv"}, _row(200, LOGIN, LOGIN, 200, 404))],
     # this month's statement (a draft with live totals), tenant admins only
     "billing:invoice": [("GET", "this_month", {}, _row(200, LOGIN, LOGIN, 403, 404))],

@@ -352,6 +352,8 @@ def _cred_kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "key_id": {"key_id": w["admin_key"].pk}, "reset": reset,
         "webhook": {"pk": w["webhook"].pk},
         "webhook_message": {"pk": w["webhook_message"].pk},
+        "endpoint_id": {"endpoint_id": w["webhook"].pk},
+        "message_id": {"message_id": w["webhook_message"].pk},
     }[kind]
 
 
@@ -376,7 +378,7 @@ def _state(kind: str, w: dict[str, Any]) -> Any:
     if kind in ("lease", "active_lease", "lease_id", "active_lease_id"):
         lease = w["active_lease" if "active" in kind else "lease"]
         return list(Lease.objects.filter(pk=lease.pk).values_list("state", "end_at"))
-    if kind in ("webhook", "webhook_message"):
+    if kind in ("webhook", "webhook_message", "endpoint_id", "message_id"):
         from portal.webhooks.models import Endpoint, Message
         return (list(Endpoint.objects.filter(pk=w["webhook"].pk)
                      .values_list("events", "secret", "enabled")),
