@@ -220,3 +220,22 @@ def test_budget_alerts_are_delivered(tenant_a: Any, receiver: Receiver, sent: li
     payload = json.loads(receiver.received[0].body)
     assert payload["type"] == "budget.alert"
     assert payload["data"]["threshold"] == 80 and payload["data"]["tenant"] == "a"
+
+
+def test_the_readme_verification_snippet_verifies_a_real_delivery(
+        tenant_a: Any, receiver: Receiver, sent: list[Any],
+        django_capture_on_commit_callbacks: Any) -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    section = readme[readme.index("## Webhooks"):]
+    snippet = section.split("```python\n", 1)[1].split("```", 1)[0]
+    scope: dict[str, Any] = {}
+    exec(snippet, scope)  # noqa: S102 (our own README)
+    tenant, admin = tenant_a
+    _, secret = _endpoint(tenant, admin, receiver.url())
+    _news(django_capture_on_commit_callbacks, _lease(tenant, "x"))
+    drive(django_capture_on_commit_callbacks)
+    got = receiver.received[0]
+    assert scope["verify"](secret, got.headers, got.body)
+    assert not scope["verify"](secret, got.headers, got.body + b" ")
