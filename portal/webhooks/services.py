@@ -20,6 +20,7 @@ from django.db import transaction
 from django.utils import timezone
 from django.utils.translation import gettext as _
 
+from portal.celery import app
 from portal.core.errors import ApplicationError, Conflict
 from portal.core.services import audit_record
 from portal.tenants.access import AnyUser, require_role
@@ -43,8 +44,6 @@ def schedule() -> list[float]:
 
 
 def send_task(message_id: str, countdown: float = 0) -> None:
-    from portal.celery import app
-
     try:
         app.send_task(DELIVER, args=[message_id], countdown=max(countdown, 0))
     except Exception:  # Redis down: the row is committed; the beat's sweep re-drives it

@@ -117,3 +117,22 @@ def test_a_big_response_is_cut_to_an_excerpt(receiver: Receiver) -> None:
 def test_non_http_schemes_are_refused() -> None:
     with pytest.raises(egress.Refused):
         egress.pin("file:///etc/passwd")
+
+
+def test_private_receivers_are_off_by_default_in_production() -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import django; django.setup(); from django.conf import settings as s; "
+            "print(s.GPUPOOL_WEBHOOKS_ALLOW_PRIVATE)")
+    env = {k: v for k, v in os.environ.items() if k != "GPUPOOL_WEBHOOKS_ALLOW_PRIVATE"}
+    outs = {}
+    for name in ("production", "development"):
+        run_env = {**env, "GPUPOOL_ENV": name, "SECRET_KEY": "x" * 50,
+                   "ALLOWED_HOSTS": "gpupool.example", "DJANGO_SETTINGS_MODULE": "portal.settings"}
+        outs[name] = subprocess.run([sys.executable, "-c", code], env=run_env, check=True,
+                                    cwd=Path(__file__).parents[3], capture_output=True,
+                                    text=True, timeout=120).stdout.strip().splitlines()[-1]
+    assert outs == {"production": "False", "development": "True"}
