@@ -39,17 +39,18 @@ def lease_data(news: LeaseNews) -> dict[str, Any]:
 def lease_news(news: LeaseNews) -> None:
     try:
         services.messages_enqueue(tenant_id=news.tenant_id, event=news.event,
-                                  data=lease_data(news))
+                                  data=lambda: lease_data(news))
     except Exception:
         log.exception("could not queue webhooks for %s of lease %s", news.event, news.lease_id)
 
 
 def budget_news(news: BudgetNews) -> None:
-    try:
+    def data() -> dict[str, Any]:
         slug = Tenant.objects.filter(pk=news.tenant_id).values_list("slug", flat=True).first()
-        services.messages_enqueue(tenant_id=news.tenant_id, event=news.event, data={
-            "tenant": slug, "alert_id": news.alert_id, "month": news.month,
-            "threshold": news.threshold, "used_gpu_hours": news.used_gpu_hours,
-            "budget_gpu_hours": news.budget_gpu_hours})
+        return {"tenant": slug, "alert_id": news.alert_id, "month": news.month,
+                "threshold": news.threshold, "used_gpu_hours": news.used_gpu_hours,
+                "budget_gpu_hours": news.budget_gpu_hours}
+    try:
+        services.messages_enqueue(tenant_id=news.tenant_id, event=news.event, data=data)
     except Exception:
         log.exception("could not queue webhooks for a budget alert of %s", news.tenant_id)

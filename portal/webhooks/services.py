@@ -147,15 +147,27 @@ def signing_secrets(endpoint: Endpoint, now: datetime) -> list[str]:
     return out
 
 
-@transaction.atomic
-def messages_enqueue(*, tenant_id: Any, event: str, data: dict[str, Any]) -> list[Message]:
-    """One message per endpoint of the tenant that asked for ``event``; sent after commit."""
+def messages_enqueue(*, tenant_id: Any, event: str,
+                     data: dict[str, Any] | Callable[[], dict[str, Any]]) -> list[Message]:
+    """One message per endpoint of the tenant that asked for ``event``; sent after commit.
+    ``data`` may be a function: it runs only when some endpoint wants the event (one query
+    per news for tenants without webhooks)."""
+    endpoints = selectors.endpoints_for_event(tenant_id=tenant_id, event=event)
+    if not endpoints:
+        return []
     now = timezone.now()
-    body = json.dumps({"type": event, "timestamp": now.isoformat(), "data": data},
+    body = json.dumps({"type": event, "timestamp": now.isoformat(),
+                       "data": data() if callable(data) else data},
                       cls=DjangoJSONEncoder, separators=(",", ":"), sort_keys=True)
+    return _messages_create(endpoints, event, body, now)
+
+
+@transaction.atomic
+def _messages_create(endpoints: list[Endpoint], event: str, body: str,
+                     now: datetime) -> list[Message]:
     made = []
     first = now + timedelta(seconds=schedule()[0])
-    for endpoint in selectors.endpoints_for_event(tenant_id=tenant_id, event=event):
+    for endpoint in endpoints:
         message = Message.objects.create(msg_id=signing.new_msg_id(), endpoint=endpoint,
                                          event_type=event, body=body, next_attempt_at=first)
         _send_on_commit(message.pk, schedule()[0])

@@ -239,3 +239,16 @@ def test_the_readme_verification_snippet_verifies_a_real_delivery(
     got = receiver.received[0]
     assert scope["verify"](secret, got.headers, got.body)
     assert not scope["verify"](secret, got.headers, got.body + b" ")
+
+
+def test_news_of_a_tenant_without_endpoints_costs_one_query(
+        tenant_a: Any, django_assert_num_queries: Any) -> None:
+    from portal.leasing.hooks import LeaseNews
+    from portal.webhooks import events
+
+    tenant, _ = tenant_a
+    lease = _lease(tenant, "x")
+    with django_assert_num_queries(1):
+        events.lease_news(LeaseNews(event="lease.active", tenant_id=str(tenant.pk),
+                                    lease_id=str(lease.pk), state="active"))
+    assert not Message.objects.exists()
