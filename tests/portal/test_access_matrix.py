@@ -39,7 +39,8 @@ STAFF_ONLY = 401, 403, 403, 403, 403, 200
 ANY_USER = 401, 200, 200, 200, 200, 200
 ORDER = {"models": ["H100"], "gpu_count": 1, "duration_hours": 1}
 A_ADMIN_ONLY = 401, 404, 403, 403, 200, 404  # a's admins; staff without a tenant: 404
-WEBHOOK = {"url": "http://127.0.0.1:18131/hook", "events": ["*"]}
+# a public literal address (no DNS): also valid under the black box's production settings
+WEBHOOK = {"url": "https://93.184.215.14/hook", "events": ["budget.alert"]}
 
 
 def _row(*codes: int) -> dict[str, int]:
@@ -175,9 +176,8 @@ def world(db: Any) -> dict[str, Any]:
                                   end_at=now + timedelta(hours=1), state=LeaseState.ACTIVE)
     invitation = invitation_create(actor=users["admin"], tenant=a,
                                    email="invitee@example.com").invitation
-    webhook = endpoint_create(actor=users["admin"], tenant=a, url=WEBHOOK["url"],
-                              events=["*"]).endpoint
-    webhook_message = messages_enqueue(tenant_id=a.pk, event="lease.active",
+    webhook = endpoint_create(actor=users["admin"], tenant=a, **WEBHOOK).endpoint
+    webhook_message = messages_enqueue(tenant_id=a.pk, event="budget.alert",
                                        data={"name": "a-lease-secret"})[0]
     return {"users": users, "a": a, "b": b, "key": key, "membership": victim, "audit": entry,
             "webhook": webhook, "webhook_message": webhook_message,
@@ -318,8 +318,8 @@ def _build_cred_world() -> dict[str, Any]:
                                       public_key="ssh-ed25519 AAAA", fingerprint="SHA256:x")
     invitation = invitation_create(actor=admin, tenant=a, email="invitee@example.com").invitation
     invoice_refresh(tenant=a, month=timezone.now().date().replace(day=1))
-    webhook = endpoint_create(actor=admin, tenant=a, url=WEBHOOK["url"], events=["*"]).endpoint
-    webhook_message = messages_enqueue(tenant_id=a.pk, event="lease.active",
+    webhook = endpoint_create(actor=admin, tenant=a, **WEBHOOK).endpoint
+    webhook_message = messages_enqueue(tenant_id=a.pk, event="budget.alert",
                                        data={"name": "a-lease-secret"})[0]
     return {"webhook": webhook, "webhook_message": webhook_message,
             "invitation": invitation, "users": {"browser": admin, "viewer": viewer, "removed": removed},
