@@ -9,6 +9,7 @@ from portal.inventory.api import views as inventory
 from portal.leasing.api import views as leasing
 from portal.tenants.api import views as tenants
 from portal.tenants.api.audit import AuditLogViewSet
+from portal.webhooks.api import views as webhooks
 
 router = SimpleRouter()
 router.trailing_slash = "/?"  # accept both /leases and /leases/ (DRF's flag is a bool)
@@ -26,6 +27,8 @@ router.register("storage-endpoints", inventory.StorageEndpointViewSet,
                 basename="storage-endpoint")
 router.register("audit-log", AuditLogViewSet, basename="auditlog")
 router.register("leases", leasing.LeaseViewSet, basename="lease")
+router.register("webhooks/deliveries", webhooks.DeliveryViewSet, basename="webhook-delivery")
+router.register("webhooks", webhooks.WebhookViewSet, basename="webhook")
 
 urlpatterns = [
     path("me", tenants.MeView.as_view(), name="me"),

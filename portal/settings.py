@@ -68,6 +68,7 @@ INSTALLED_APPS = [
     "portal.web",
     "portal.billing",
     "portal.console",
+    "portal.webhooks",
 ]
 
 MIDDLEWARE = [
@@ -198,7 +199,18 @@ CELERY_BEAT_SCHEDULE = {
     "fleet-health-sweep": {"task": "portal.fleet.tasks.fleet_health_sweep", "schedule": 15.0},
     "fleet-telemetry-purge": {"task": "portal.fleet.tasks.fleet_telemetry_purge",
                               "schedule": 3600.0},
+    "webhooks-sweep": {"task": "portal.webhooks.tasks.sweep", "schedule": 60.0},
 }
+
+# --- Outbound webhooks (portal/webhooks, ADR 0200) ----------------------------------------
+# Receivers on loopback/private/link-local addresses: allowed outside production only.
+GPUPOOL_WEBHOOKS_ALLOW_PRIVATE = env_bool("GPUPOOL_WEBHOOKS_ALLOW_PRIVATE", not PRODUCTION)
+GPUPOOL_WEBHOOKS_TIMEOUT_S = float(os.environ.get("GPUPOOL_WEBHOOKS_TIMEOUT_S", "10"))
+# Delay before each try (Svix: now, 5 s, 5 min, 30 min, 2 h, 5 h, 10 h, 10 h ≈ 27.5 h)
+GPUPOOL_WEBHOOKS_SCHEDULE_S = [float(x) for x in env_list(
+    "GPUPOOL_WEBHOOKS_SCHEDULE_S", "0,5,300,1800,7200,18000,36000,36000")]
+GPUPOOL_WEBHOOKS_OVERLAP_S = float(os.environ.get("GPUPOOL_WEBHOOKS_OVERLAP_S", "86400"))
+GPUPOOL_WEBHOOKS_SWEEP_GRACE_S = float(os.environ.get("GPUPOOL_WEBHOOKS_SWEEP_GRACE_S", "30"))
 
 # --- gpupool ------------------------------------------------------------------------------
 # Simulated agents apply desired state at once (demo, tests); production runs real agents.

@@ -21,6 +21,7 @@ urlpatterns = [
     path("api/agent/v1/", include("portal.fleet_urls")),
     path("console/", include("portal.console.urls")),
     path("billing/", include("portal.billing.urls")),
+    path("tenant/webhooks/", include("portal.webhooks.urls")),
     path("api/v1/", include("portal.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerSplitView.as_view(url_name="schema"), name="swagger-ui"),

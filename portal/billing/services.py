@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils.translation import gettext as _
 
-from portal.billing import selectors, sla
+from portal.billing import hooks, selectors, sla
 from portal.billing.metering import meter_leases, month_of
 from portal.billing.models import BudgetAlert, CreditLine, Invoice, Price, TenantContract
 from portal.billing.pricing import money
@@ -159,5 +159,10 @@ def budget_check(*, tenant: Tenant, month: date) -> list[BudgetAlert]:
         if created:
             audit_record(actor=None, action="billing.budget_alert", obj=alert, tenant=tenant,
                          changes={"threshold": pct, "used": str(usage["used_gpu_hours"])})
+            hooks.budget_alert.emit_on_commit(hooks.BudgetNews(
+                event="budget.alert", tenant_id=str(tenant.pk), alert_id=str(alert.pk),
+                month=f"{month:%Y-%m}", threshold=pct,
+                used_gpu_hours=str(alert.used_gpu_hours),
+                budget_gpu_hours=str(alert.budget_gpu_hours)))
             made.append(alert)
     return made

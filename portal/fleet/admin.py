@@ -17,7 +17,9 @@ from portal.fleet.models import (
     NodeDesiredState,
     NodeHealth,
     NodeObservedState,
+    NodeValidation,
     PortTelemetry,
+    ServiceEvent,
     TelemetrySample,
     TenantPartition,
 )
@@ -106,3 +108,19 @@ class TenantPartitionAdmin(ReadOnlyAdmin):
     list_display = ("tenant", "pkey_hex", "state", "created", "released_at")
     list_filter = ("state",)
     list_select_related = ("tenant",)
+
+
+@admin.register(ServiceEvent)
+class ServiceEventAdmin(ReadOnlyAdmin):
+    """The service lifecycle's transitions (Console → Repair is where operators act)."""
+
+    list_display = ("created", "node", "gpu", "from_state", "to_state", "rule", "actor")
+    list_filter = ("to_state", "rule")
+    search_fields = ("node__hostname", "cause")
+
+
+@admin.register(NodeValidation)
+class NodeValidationAdmin(ReadOnlyAdmin):
+    list_display = ("request_id", "node", "level", "requested_at", "finished_at", "passed")
+    list_filter = ("passed", "level")
+    search_fields = ("node__hostname", "request_id")

@@ -1,6 +1,13 @@
 from django.contrib import admin
 
-from portal.leasing.models import Allocation, IdempotencyKey, Lease, LeaseEvent, Quota
+from portal.leasing.models import (
+    Allocation,
+    IdempotencyKey,
+    Lease,
+    LeaseEvent,
+    LeaseFault,
+    Quota,
+)
 
 
 @admin.register(Quota)
@@ -51,3 +58,19 @@ class IdempotencyKeyAdmin(admin.ModelAdmin):
 class LeaseEventAdmin(admin.ModelAdmin):
     list_display = ("lease", "created", "kind", "from_state", "to_state", "actor", "reason")
     list_filter = ("kind", "to_state")
+
+
+@admin.register(LeaseFault)
+class LeaseFaultAdmin(admin.ModelAdmin):
+    """Failed hardware of running leases (written by the healing lifecycle only)."""
+
+    list_display = ("lease", "node", "cause", "fault_at", "fenced_at", "replaced_at",
+                    "resolution")
+    list_filter = ("resolution",)
+    search_fields = ("lease__id", "node__hostname", "cause")
+
+    def has_add_permission(self, request: object) -> bool:
+        return False
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False

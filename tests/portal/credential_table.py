@@ -35,6 +35,8 @@ PAGE_ORDER = {"models": "H100", "gpu_count": "1", "gpu_milli": "1000", "nodes": 
               "idempotency_key": "matrix-preview"}
 # within the order limits (portal/leasing/limits.py): a lease lasts at most 90 days
 IN_A_WEEK = (datetime.now(UTC) + timedelta(days=7)).isoformat()
+# a public literal address (no DNS look-up): valid under the black box's production settings
+WEBHOOK = {"url": "https://93.184.215.14/hook", "events": ["budget.alert"]}
 
 
 def _row(*codes: int | str) -> dict[str, int | str]:
@@ -117,6 +119,16 @@ ROUTES: dict[str, list[Case]] = {
     "node-service": [("GET", "node", {}, NOBODY),
                      ("POST", "node", {"action": "cordon", "reason": "x"}, NOBODY)],
     "gpu-service": [("POST", "gpu_uuid", {"action": "cordon", "reason": "x"}, NOBODY)],
+    # webhooks: owners and admins of the key's / session's tenant (other_key: b's own list)
+    "webhook-list": [("GET", "none", {}, _row(200, 200, 200, 403, 404)),
+                     ("POST", "none", WEBHOOK,
+                      _row(201, 201, 201, 403, 404))],
+    "webhook-detail": [("GET", "webhook", {}, A_ADMIN),
+                       ("PATCH", "webhook", {"events": ["lease.ended"]}, A_ADMIN),
+                       ("DELETE", "webhook", {}, _row(204, 204, 404, 403, 404))],
+    "webhook-rotate-secret": [("POST", "webhook", {}, A_ADMIN)],
+    "webhook-deliveries": [("GET", "webhook", {}, A_ADMIN)],
+    "webhook-delivery-resend": [("POST", "webhook_message", {}, A_ADMIN)],
     "schema": [("GET", "none", {}, PUBLIC)],
     "swagger-ui": [("GET", "none", {}, PUBLIC)],
     "redoc": [("GET", "none", {}, PUBLIC)],
@@ -178,6 +190,17 @@ ROUTES: dict[str, list[Case]] = {
     "web:api_keys": [("GET", "none", {}, PAGE)],
     "web:api_key_revoke": [("POST", "key_id", {}, _row(302, LOGIN, LOGIN, 404, 200))],
     "web:quotas": [("GET", "none", {}, PAGE)],
+    # webhook pages: the tenant's owners and admins (removed: the "no tenant" page)
+    "webhooks:list": [("GET", "none", {}, PAGE_MEMBER),
+                      ("POST", "none", {**WEBHOOK, "events": "budget.alert"},
+                       PAGE_MEMBER)],
+    "webhooks:detail": [("GET", "endpoint_id", {}, PAGE_MEMBER),
+                        ("POST", "endpoint_id", {"events": ["lease.ended"]},
+                         _row(302, LOGIN, LOGIN, 403, 200))],
+    "webhooks:enable": [("POST", "endpoint_id", {"enabled": "0"}, _row(302, LOGIN, LOGIN, 403, 200))],
+    "webhooks:rotate": [("POST", "endpoint_id", {}, PAGE_MEMBER)],
+    "webhooks:delete": [("POST", "endpoint_id", {}, _row(302, LOGIN, LOGIN, 403, 200))],
+    "webhooks:resend": [("POST", "message_id", {}, _row(302, LOGIN, LOGIN, 403, 200))],
     "billing:export": [("GET", "none", {"type": "csv"}, _row(200, LOGIN, LOGIN, 200, 404))],
     # this month's statement (a draft with live totals), tenant admins only
     "billing:invoice": [("GET", "this_month", {}, _row(200, LOGIN, LOGIN, 403, 404))],

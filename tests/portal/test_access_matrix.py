@@ -29,6 +29,7 @@ from portal.routing import websocket_urlpatterns
 from portal.tenants.invitations import invitation_create
 from portal.tenants.models import Membership, Role, SshPublicKey
 from portal.tenants.services import api_key_create
+from portal.webhooks.services import endpoint_create, messages_enqueue
 from tests.portal import credential_table as table
 from tests.portal.factories import add_member, client_for, make_tenant, make_user
 
@@ -37,6 +38,9 @@ A = 401, 404, 200, 200, 200, 200  # readable by anyone in tenant a
 STAFF_ONLY = 401, 403, 403, 403, 403, 200
 ANY_USER = 401, 200, 200, 200, 200, 200
 ORDER = {"models": ["H100"], "gpu_count": 1, "duration_hours": 1}
+A_ADMIN_ONLY = 401, 404, 403, 403, 200, 404  # a's admins; staff without a tenant: 404
+# a public literal address (no DNS): also valid under the black box's production settings
+WEBHOOK = {"url": "https://93.184.215.14/hook", "events": ["budget.alert"]}
 
 
 def _row(*codes: int) -> dict[str, int]:
@@ -114,6 +118,15 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, int]]] = {
                                _row(*STAFF_ONLY)),
     ("gpu-service", "POST"): ("gpu_uuid", {"action": "cordon", "reason": "matrix"},
                               _row(*STAFF_ONLY)),
+    # webhooks: owners and admins of the active tenant (other: its own tenant b's list)
+    ("webhook-list", "GET"): ("none", {}, _row(401, 200, 403, 403, 200, 404)),
+    ("webhook-list", "POST"): ("none", WEBHOOK, _row(401, 201, 403, 403, 201, 404)),
+    ("webhook-detail", "GET"): ("webhook", {}, _row(*A_ADMIN_ONLY)),
+    ("webhook-detail", "PATCH"): ("webhook", {"events": ["lease.ended"]}, _row(*A_ADMIN_ONLY)),
+    ("webhook-detail", "DELETE"): ("webhook", {}, _row(401, 404, 403, 403, 204, 404)),
+    ("webhook-rotate-secret", "POST"): ("webhook", {}, _row(*A_ADMIN_ONLY)),
+    ("webhook-deliveries", "GET"): ("webhook", {}, _row(*A_ADMIN_ONLY)),
+    ("webhook-delivery-resend", "POST"): ("webhook_message", {}, _row(*A_ADMIN_ONLY)),
 }
 
 SKIP_METHODS = {"HEAD", "OPTIONS"}
@@ -175,7 +188,11 @@ def world(db: Any) -> dict[str, Any]:
                                   end_at=now + timedelta(hours=1), state=LeaseState.ACTIVE)
     invitation = invitation_create(actor=users["admin"], tenant=a,
                                    email="invitee@example.com").invitation
+    webhook = endpoint_create(actor=users["admin"], tenant=a, **WEBHOOK).endpoint
+    webhook_message = messages_enqueue(tenant_id=a.pk, event="budget.alert",
+                                       data={"name": "a-lease-secret"})[0]
     return {"users": users, "a": a, "b": b, "key": key, "membership": victim, "audit": entry,
+            "webhook": webhook, "webhook_message": webhook_message,
             "invitation": invitation,
             "lease": lease, "active_lease": active,
             "node": "gpu-node-0001", "gpu": Gpu.objects.order_by("pk").first(),
@@ -199,6 +216,8 @@ def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "this_month": {"year": timezone.now().year, "month": timezone.now().month},
         "active_lease": {"pk": w["active_lease"].pk},
         "storage": {"pk": w["storage"].pk},
+        "webhook": {"pk": w["webhook"].pk},
+        "webhook_message": {"pk": w["webhook_message"].pk},
     }[kind]
 
 
@@ -313,7 +332,11 @@ def _build_cred_world() -> dict[str, Any]:
                                       public_key="ssh-ed25519 AAAA", fingerprint="SHA256:x")
     invitation = invitation_create(actor=admin, tenant=a, email="invitee@example.com").invitation
     invoice_refresh(tenant=a, month=timezone.now().date().replace(day=1))
-    return {"invitation": invitation, "users": {"browser": admin, "viewer": viewer, "removed": removed},
+    webhook = endpoint_create(actor=admin, tenant=a, **WEBHOOK).endpoint
+    webhook_message = messages_enqueue(tenant_id=a.pk, event="budget.alert",
+                                       data={"name": "a-lease-secret"})[0]
+    return {"webhook": webhook, "webhook_message": webhook_message,
+            "invitation": invitation, "users": {"browser": admin, "viewer": viewer, "removed": removed},
             "secrets": {"own_key": own.secret, "other_key": other.secret,
                         "removed": removed_key},
             "apikey": own.key, "admin_key": admin_key, "audit": entry, "lease": lease,
@@ -342,6 +365,10 @@ def _cred_kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "console_member": {"slug": "a", "member_id": w["membership"].pk},
         "console_invitation": {"slug": "a", "invitation_id": w["invitation"].pk},
         "key_id": {"key_id": w["admin_key"].pk}, "reset": reset,
+        "webhook": {"pk": w["webhook"].pk},
+        "webhook_message": {"pk": w["webhook_message"].pk},
+        "endpoint_id": {"endpoint_id": w["webhook"].pk},
+        "message_id": {"message_id": w["webhook_message"].pk},
     }[kind]
 
 
@@ -366,6 +393,12 @@ def _state(kind: str, w: dict[str, Any]) -> Any:
     if kind in ("lease", "active_lease", "lease_id", "active_lease_id"):
         lease = w["active_lease" if "active" in kind else "lease"]
         return list(Lease.objects.filter(pk=lease.pk).values_list("state", "end_at"))
+    if kind in ("webhook", "webhook_message", "endpoint_id", "message_id"):
+        from portal.webhooks.models import Endpoint, Message
+        return (list(Endpoint.objects.filter(pk=w["webhook"].pk)
+                     .values_list("events", "secret", "enabled")),
+                list(Message.objects.filter(pk=w["webhook_message"].pk)
+                     .values_list("status", "manual", "next_attempt_at")))
     if kind in ("tenant", "tenant_slug"):
         return (list(Membership.objects.filter(tenant__slug="a").values_list("user_id", "role")
                      .order_by("user_id")),

@@ -55,6 +55,8 @@ def _objects(w: dict[str, Any]) -> dict[str, Any]:
     from portal.tenants.invitations import invitation_create
     from portal.tenants.models import Membership
     from portal.tenants.services import api_key_create, ssh_key_add
+    from portal.webhooks.services import endpoint_create, messages_enqueue
+    from tests.portal import credential_table as table
 
     a, b, u = w["a"], w["b"], w["users"]
     for tenant in (a, b):
@@ -81,7 +83,10 @@ def _objects(w: dict[str, Any]) -> dict[str, Any]:
     invitation = invitation_create(actor=u["admin"], tenant=a,
                                    email="invitee@example.com").invitation
     invoice_refresh(tenant=a, month=now.date().replace(day=1))
-    return {"secrets": {"own_key": own.secret, "other_key": other.secret, "removed": stale,
+    webhook = endpoint_create(actor=u["admin"], tenant=a, **table.WEBHOOK).endpoint
+    webhook_message = messages_enqueue(tenant_id=a.pk, event="budget.alert",
+                                       data={"name": "a-lease-secret"})[0]
+    return {"webhook": webhook, "webhook_message": webhook_message, "secrets": {"own_key": own.secret, "other_key": other.secret, "removed": stale,
                         "b_key": b_key, "runner": runner},
             "apikey": own.key, "admin_key": admin_key.key, "audit": entry, "lease": lease,
             "invitation": invitation, "ssh": keys["laptop"], "ssh_keys": keys,
@@ -116,6 +121,9 @@ def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "lease_id": {"lease_id": lease}, "active_lease_id": {"lease_id": active},
         "sshkey": {"key_id": w["ssh"].pk}, "member_id": {"member_id": w["membership"].pk},
         "key_id": {"key_id": w["admin_key"].pk}, "reset": reset,
+        "webhook": {"pk": w["webhook"].pk}, "webhook_message": {"pk": w["webhook_message"].pk},
+        "endpoint_id": {"endpoint_id": w["webhook"].pk},
+        "message_id": {"message_id": w["webhook_message"].pk},
     }[kind]
 
 

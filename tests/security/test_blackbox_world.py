@@ -15,7 +15,7 @@ def test_the_harness_world_knows_every_url_kind_of_the_table(monkeypatch: Any) -
     kinds = {case[1] for cases in table.ROUTES.values() for case in cases}
     thing = SimpleNamespace(pk=1)
     world = {k: thing for k in ("membership", "invitation", "apikey", "audit", "lease", "ssh",
-                                "admin_key")}
+                                "admin_key", "webhook", "webhook_message")}
     world["users"] = {"admin": thing}
 
     class _None:

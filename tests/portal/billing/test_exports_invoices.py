@@ -132,3 +132,21 @@ def test_budget_warns_at_80_percent(billed: dict[str, Any]) -> None:
     services.budget_check(tenant=a, month=date(2026, 3, 1))
     services.budget_check(tenant=a, month=date(2026, 3, 1))
     assert list(BudgetAlert.objects.values_list("threshold", flat=True)) == [80]
+
+
+def test_a_new_budget_alert_is_announced_once_after_commit(
+        billed: dict[str, Any], monkeypatch: pytest.MonkeyPatch,
+        django_capture_on_commit_callbacks: Any) -> None:
+    from portal.billing import hooks
+
+    heard: list[hooks.BudgetNews] = []
+    monkeypatch.setattr(hooks.budget_alert, "_receivers", [heard.append])
+    a = billed["a"]
+    Quota.objects.create(tenant=a, gpu_hour_budget=Decimal("20"), max_gpus=8)
+    with django_capture_on_commit_callbacks(execute=True):
+        services.budget_check(tenant=a, month=date(2026, 3, 1))
+        assert heard == []  # not before the alert row commits
+    with django_capture_on_commit_callbacks(execute=True):
+        services.budget_check(tenant=a, month=date(2026, 3, 1))
+    assert [(n.event, n.tenant_id, n.threshold, n.month) for n in heard] == [
+        ("budget.alert", str(a.pk), 80, "2026-03")]
