@@ -31,5 +31,8 @@ def test_every_gpupool_variable_the_readme_documents_is_read() -> None:
 
     documented = set(re.findall(r"`(GPUPOOL_[A-Z0-9_]+)`", readme))
     dicts = {"GPUPOOL_AGENT_RATE_LIMIT"}  # a settings dict, documented as one
-    missing = sorted(n for n in documented - dicts if f'"{n}"' not in settings_src)
+    # the command-line client's own variables are read by the client, not the portal
+    cli_src = "".join(p.read_text() for p in (ROOT / "agents" / "gpupoolcli").glob("*.py"))
+    missing = sorted(n for n in documented - dicts
+                     if f'"{n}"' not in settings_src and f'"{n}"' not in cli_src)
     assert missing == []

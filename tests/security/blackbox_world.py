@@ -117,6 +117,8 @@ def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "apikey": {"pk": w["apikey"].pk}, "node": {"hostname": node.hostname if node else "x"},
         "node_id": {"node_id": "nd_0000000000000000"},
         "gpu": {"pk": Gpu.objects.order_by("pk").values_list("pk", flat=True).first()},
+        "gpu_uuid": {"uuid": Gpu.objects.order_by("pk").values_list("uuid", flat=True).first()
+                     or "GPU-none"},
         "audit": {"pk": w["audit"].pk}, "lease": {"pk": lease}, "active_lease": {"pk": active},
         "lease_id": {"lease_id": lease}, "active_lease_id": {"lease_id": active},
         "sshkey": {"key_id": w["ssh"].pk}, "member_id": {"member_id": w["membership"].pk},

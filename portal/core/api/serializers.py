@@ -51,3 +51,7 @@ class StrictSerializer(serializers.Serializer[None]):
         if unknown:
             raise serializers.ValidationError(unknown)
         return value
+
+
+class EmptyBodySerializer(StrictSerializer):
+    """An action that takes no input: any field sent is named and refused (400)."""

@@ -137,10 +137,11 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
     preempting = lease.state == LeaseState.NOTICE
     from portal.billing.statements import lease_money
 
+    events = list(lease_events(lease=lease))
     return render(request, "web/lease.html", {
         "lease": lease, "money": lease_money(lease),
         "queue_position": queue_position(lease=lease),
-        "events": list(lease_events(lease=lease)),
+        "events": events,
         "conn": lease_connection(lease=lease) if holding else None,
         "telemetry": telemetry,
         "problems": live.node_problems(gpus) + live.problems(telemetry),
@@ -149,7 +150,9 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
         "may_release": lease.state in states.RELEASABLE,
         "may_extend": lease.state in states.EXTENDABLE,
         "preempting": preempting,
-        "faults": list(lease_faults(lease=lease)),
+        # failed hardware: read only for a lease whose timeline has a fault (no query else)
+        "faults": list(lease_faults(lease=lease)) if any(
+            e.kind == "fault" for e in events) else [],
         "live": lease.state in LIVE_STATES,
         "chart_labels": chart_labels(),
         "charts": charts,

@@ -6,6 +6,7 @@ from typing import Any
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from portal.core.api.serializers import StrictSerializer
 from portal.webhooks.models import Attempt, Endpoint, Message
 
 
@@ -30,7 +31,7 @@ class EndpointIssuedSerializer(EndpointSerializer):
         read_only_fields = fields
 
 
-class EndpointCreateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class EndpointCreateSerializer(StrictSerializer):
     url = serializers.URLField(max_length=500)
     events = serializers.ListField(child=serializers.CharField(max_length=64), min_length=1,
                                    help_text='event types, or ["*"] for all')
@@ -38,7 +39,7 @@ class EndpointCreateSerializer(serializers.Serializer):  # type: ignore[type-arg
                                         allow_blank=True)
 
 
-class EndpointUpdateSerializer(serializers.Serializer):  # type: ignore[type-arg]
+class EndpointUpdateSerializer(StrictSerializer):
     url = serializers.URLField(max_length=500, required=False)
     events = serializers.ListField(child=serializers.CharField(max_length=64), min_length=1,
                                    required=False)

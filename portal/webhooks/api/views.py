@@ -10,6 +10,7 @@ from rest_framework.decorators import action
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from portal.core.api.serializers import EmptyBodySerializer
 from portal.tenants import access
 from portal.tenants.models import Role, Tenant
 from portal.webhooks import selectors, services
@@ -67,9 +68,10 @@ class WebhookViewSet(mixins.ListModelMixin, mixins.RetrieveModelMixin,
         services.endpoint_delete(actor=request.user, endpoint=self.get_object())
         return Response(status=status.HTTP_204_NO_CONTENT)
 
-    @extend_schema(request=None, responses=s.EndpointIssuedSerializer)
+    @extend_schema(request=EmptyBodySerializer, responses=s.EndpointIssuedSerializer)
     @action(detail=True, methods=["post"], url_path="rotate-secret")
     def rotate_secret(self, request: Request, pk: str) -> Response:
+        EmptyBodySerializer(data=request.data).is_valid(raise_exception=True)
         issued = services.endpoint_rotate_secret(actor=request.user, endpoint=self.get_object())
         return Response(_issued(issued))
 
@@ -88,9 +90,10 @@ class DeliveryViewSet(viewsets.GenericViewSet):  # type: ignore[type-arg]
     queryset = Message.objects.none()
     lookup_value_regex = "[0-9a-fA-F-]{36}"
 
-    @extend_schema(request=None, responses=s.MessageSerializer)
+    @extend_schema(request=EmptyBodySerializer, responses=s.MessageSerializer)
     @action(detail=True, methods=["post"])
     def resend(self, request: Request, pk: str) -> Response:
+        EmptyBodySerializer(data=request.data).is_valid(raise_exception=True)
         message = selectors.message_get(tenant=_tenant(request), message_id=pk)
         message = services.message_resend(actor=request.user, message=message)
         return Response(s.MessageSerializer(message).data)
