@@ -121,12 +121,12 @@ def check_config_file(path: Path | None, portal: dict[str, Any]) -> list[Finding
                      "pass --config /etc/gpupool/agent.toml")]  # fmt: skip
     if not os.access(path, os.R_OK):
         return [fail("config", f"{path} is not readable by uid {os.geteuid()}",
-                     f"`chgrp gpupool-agent {path} && chmod 0640 {path}`")]  # fmt: skip
+                     f"`chown root {path} && chmod 0600 {path}` (the agent runs as root)")]
     secrets = _secrets_in(path)
     mode = stat.S_IMODE(path.stat().st_mode)
     if secrets and mode & stat.S_IROTH:
         return [fail("config", f"{path} holds {', '.join(secrets)} and is world-readable "
-                     f"(mode {mode:04o})", f"`chmod 0640 {path}` (or move the token to the "
+                     f"(mode {mode:04o})", f"`chmod 0600 {path}` (or move the token to the "
                      "unit's EnvironmentFile, mode 0600)")]  # fmt: skip
     return [ok("config", f"{path} is readable (mode {mode:04o})")]
 
