@@ -14,7 +14,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from agents import config, jsonlog
+from agents import config, jsonlog, sdnotify
 from agents.client.portal import PortalClient
 from agents.host import FakeHost, HostCollector, RealHost, host_for_root
 from agents.metrics import MetricsServer, SampleCollector, render_sample
@@ -202,12 +202,20 @@ def _run(agent: NodeAgent, cfg: dict[str, dict[str, Any]], watcher: XidWatcher |
          api: Any) -> int:  # fmt: skip
     stop = _stop_event()
     coll = SampleCollector()
-    agent.on_sample = coll.set
+    systemd = sdnotify.Notifier()
+
+    def on_sample(sample: Any) -> None:  # each sample proves the loop alive: ping systemd
+        coll.set(sample)
+        systemd.watchdog()
+
+    agent.on_sample = on_sample
     server = _metrics(cfg["metrics"]["listen"], coll)
     log.info("agent started", extra={"role": agent.s.role, "state_dir": str(agent.s.state_dir)})
+    systemd.ready(f"{agent.s.role} agent running")
     try:
         agent.run(stop)
     finally:
+        systemd.stopping()
         if server is not None:
             server.stop()
         if watcher is not None:
@@ -248,8 +256,18 @@ def cmd_fakeportal(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from agents import doctor
+
+    defaults = config.NODE_DEFAULTS if args.role == "node" else config.FABRIC_DEFAULTS
+    cfg = config.load(args.config, defaults)
+    found = doctor.run_checks(cfg, args.config, args.role)
+    sys.stdout.write(doctor.render(found, args.format))
+    return doctor.exit_code(found)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m agents", description="gpupool agents")
+    p = argparse.ArgumentParser(prog="gpupool-agent", description="gpupool agents")
     sub = p.add_subparsers(dest="command", required=True)
     node = sub.add_parser("node", help="GPU host agent")
     node.add_argument("--config", type=Path, help="agent.toml")
@@ -262,6 +280,10 @@ def parser() -> argparse.ArgumentParser:
     node.add_argument("--format", choices=("json", "prometheus"), default="json")
     fabric = sub.add_parser("fabric", help="subnet-manager host agent")
     fabric.add_argument("--config", type=Path, required=True, help="fabric.toml")
+    doc = sub.add_parser("doctor", help="check this host and say what is wrong (exit 1)")
+    doc.add_argument("--config", type=Path, help="agent.toml or fabric.toml")
+    doc.add_argument("--role", choices=("node", "fabric"), default="node")
+    doc.add_argument("--format", choices=("text", "json"), default="text")
     tree = sub.add_parser("faketree", help="write a fake sysfs InfiniBand tree (demo, tests)")
     tree.add_argument("--out", type=Path, required=True, help="directory playing /sys")
     tree.add_argument("--node-index", type=int, default=1)
@@ -288,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_node(args)
         if args.command == "fabric":
             return cmd_fabric(args)
+        if args.command == "doctor":
+            return cmd_doctor(args)
         if args.command == "faketree":
             return cmd_faketree(args)
         if args.command == "fakeportal":
