@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import jwt
+import requests
 from django.contrib.auth import get_user_model
 from django.core.exceptions import SuspiciousOperation
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
@@ -50,6 +51,20 @@ class ProviderBackend(OIDCAuthenticationBackend):  # type: ignore[misc]
 
     def authenticate(self, request: Any, **kwargs: Any) -> Any:
         return None  # only ``login_with_code`` signs in through a provider
+
+    def retrieve_matching_jwk(self, token: str) -> Any:
+        """The JWKS key named by the token's ``kid``; a token without ``kid`` only where the
+        provider publishes a single signing key."""
+        header = jwt.get_unverified_header(token)
+        if "kid" in header:
+            return super().retrieve_matching_jwk(token)
+        response = requests.get(self.OIDC_OP_JWKS_ENDPOINT, timeout=10)
+        response.raise_for_status()
+        keys = [k for k in response.json().get("keys", []) if k.get("use", "sig") == "sig"]
+        if len(keys) != 1:
+            raise LoginRefused("The sign-in token names no key (kid) and the provider "
+                               "publishes several.")
+        return jwt.PyJWK(keys[0])
 
     def _verify_jws(self, payload: str, key: Any) -> dict[str, Any]:
         assert self.provider is not None
