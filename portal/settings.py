@@ -69,6 +69,7 @@ INSTALLED_APPS = [
     "portal.billing",
     "portal.console",
     "portal.webhooks",
+    "portal.sso",
 ]
 
 MIDDLEWARE = [
@@ -244,7 +245,11 @@ if GPUPOOL_SIMULATED_AGENTS:
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
+    "portal.sso.backend.ProviderBackend",  # sessions of SSO logins (ADR 0221)
 ]
+# SSO (OpenID Connect): a JSON list, inline or a file path: [{"name", "label", "issuer",
+# "client_id", "client_secret", "scopes"}]; endpoints come from the discovery document.
+GPUPOOL_OIDC_PROVIDERS = os.environ.get("GPUPOOL_OIDC_PROVIDERS", "")
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

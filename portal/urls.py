@@ -9,6 +9,7 @@ from drf_spectacular.views import (
 
 from portal.core import views as core_views
 from portal.core.throttles import throttled
+from portal.sso import forms as sso_forms
 from portal.web.views import account as account_views
 from portal.web.views import assets as asset_views
 
@@ -16,7 +17,10 @@ urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
     path("favicon.ico", asset_views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
-    path("accounts/login/", throttled("login")(auth_views.LoginView.as_view()), name="login"),
+    path("accounts/login/", throttled("login")(auth_views.LoginView.as_view(
+        authentication_form=sso_forms.PasswordLoginForm,
+        extra_context={"sso_providers": sso_forms.sign_in_providers})), name="login"),
+    path("accounts/oidc/", include("portal.sso.urls")),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("api/agent/v1/", include("portal.fleet_urls")),
     path("console/", include("portal.console.urls")),
