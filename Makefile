@@ -67,7 +67,7 @@ bench-fabric-references: $(STAMP)
 	  --loads 0.9 0.95 --procs $(PROCS) --reference no-leaf fluid --fluid-headroom 0 64 128
 
 bench-replay: $(STAMP)
-	$(PY) -m scheduler.replay snapshot --nodes $(TRACES)/openb_node_list_gpu_node.csv \
+	$(PY) -m scheduler.bench.replay snapshot --nodes $(TRACES)/openb_node_list_gpu_node.csv \
 	  --pods $(TRACES)/openb_pod_list_default.csv --tune 1.3 --seed 42 --out report.json
 
 bench-cluster: $(STAMP)

@@ -3,6 +3,8 @@ enforced by import-linter's contracts in `.importlinter`; these tests run them."
 
 from __future__ import annotations
 
+import configparser
+import io
 import subprocess
 import sys
 import textwrap
@@ -97,3 +99,86 @@ def test_exactly_one_module_imports_pynvml() -> None:
 
 def test_scheduler_imports_only_the_standard_library() -> None:
     assert _external_imports("scheduler") == {}
+
+
+def _contract_config(section: str, root: str, **options: str) -> str:
+    """Our own contract ``section`` of `.importlinter` (its type and settings), aimed at
+    ``root``: the test checks the contract as configured, not a copy of it."""
+    ours = configparser.ConfigParser()
+    ours.read(ROOT / ".importlinter")
+    config = configparser.ConfigParser()
+    lists = {key: f"\n{value}" for key, value in options.items()}  # one-a-line lists
+    config["importlinter"] = {**ours["importlinter"], "root_packages": f"\n{root}"}
+    config["importlinter:contract:under-test"] = {**ours[f"importlinter:contract:{section}"],
+                                                  **lists}
+    out = io.StringIO()
+    config.write(out)
+    return out.getvalue()
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        for parent in path.relative_to(tmp_path).parents:
+            if parent != Path("."):
+                (tmp_path / parent / "__init__.py").touch()
+
+
+def _lint(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    config = tmp_path / "contracts.ini"
+    config.write_text(text)
+    return lint_imports(tmp_path, config)
+
+
+def test_the_no_cycle_contract_fails_on_a_cycle_across_depths(tmp_path: Path) -> None:
+    """A circle between modules of different subpackages (core.x.a -> core.y.b -> core.x.c)
+    breaks the no-cycle contract of scheduler/ and agents/."""
+    _package(tmp_path, {"core/x/a.py": "import core.y.b\n",
+                        "core/x/c.py": "",
+                        "core/y/b.py": "import core.x.c\n",
+                        "core/z.py": "import core.x.a\n"})
+    text = _contract_config("scheduler-and-agents-acyclic", "core", ancestors="core")
+    result = _lint(tmp_path, text)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "No cycles are allowed in core." in result.stdout
+    assert "- .y -> .x (1 import)" in result.stdout
+    (tmp_path / "core/y/b.py").write_text("")  # the circle broken: the contract holds
+    assert _lint(tmp_path, text).returncode == 0
+
+
+def test_a_cycle_behind_type_checking_is_a_cycle(tmp_path: Path) -> None:
+    """The feasibility <-> services kind: one side imports the other only for type hints."""
+    _package(tmp_path, {"core/services.py": "import core.feasibility\n",
+                        "core/feasibility.py": textwrap.dedent("""\
+                            from typing import TYPE_CHECKING
+                            if TYPE_CHECKING:
+                                import core.services
+                            """)})
+    result = _lint(tmp_path, _contract_config("portal-apps-acyclic", "core", ancestors="core"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "No cycles are allowed in core." in result.stdout
+
+
+def test_the_core_importing_the_bench_is_refused(tmp_path: Path) -> None:
+    _package(tmp_path, {"core/bench/fabric.py": "import core.engine\n",
+                        "core/engine.py": "import core.bench.fabric\n"})
+    text = _contract_config("core-never-imports-the-bench", "core",
+                            protected_modules="core.bench", allowed_importers="core.bench")
+    result = _lint(tmp_path, text)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "core.engine -> core.bench.fabric" in result.stdout
+    (tmp_path / "core/engine.py").write_text("")
+    assert _lint(tmp_path, text).returncode == 0
+
+
+def test_no_benchmark_is_a_module_of_the_core_package() -> None:
+    """Benchmarks and reference models live in scheduler/bench/ (ADR 0190), not beside the
+    engine."""
+    graph = grimp.build_graph("scheduler", cache_dir=None)
+    core = {m for m in graph.find_children("scheduler") if m != "scheduler.bench"}
+    leftovers = {m for m in core if m.rsplit(".", 1)[1] in
+                 {"fabricbench", "fabricsweep", "fluidpool", "passbench", "gangwait", "replay"}}
+    assert leftovers == set()
+    assert "scheduler.bench.replay" in graph.modules

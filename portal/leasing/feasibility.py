@@ -8,17 +8,14 @@ reason into an :class:`ApplicationError` (400) naming the order field. Reads onl
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from django.utils.translation import gettext as _
 
 from portal.core.errors import ApplicationError
 from portal.leasing import allocation
 from portal.leasing.models import Lease
+from portal.leasing.orderspec import OrderSpec, Window
 from portal.tenants.models import Tenant
-
-if TYPE_CHECKING:
-    from portal.leasing.services import OrderSpec, Window
 
 # Core request field -> order field (cpu/memory are not ordered: no field of their own).
 ORDER_FIELD = {"gpus": "gpu_count", "nodes": "nodes", "models": "models"}

@@ -15,10 +15,9 @@ from portal.core.errors import ApplicationError
 from portal.leasing import allocation
 from portal.leasing.feasibility import check_order_fits
 from portal.leasing.models import Lease
+from portal.leasing.orderspec import OrderSpec, Window
 from portal.leasing.services import (
     BudgetExceeded,
-    OrderSpec,
-    Window,
     _check_shape,
     _models_available,
     _window,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any, TypeVar
@@ -39,6 +39,7 @@ from portal.leasing.models import (
     Quota,
 )
 from portal.leasing.models import LeaseState as S
+from portal.leasing.orderspec import OrderSpec, Window
 from portal.leasing.quotas import (
     gpu_hours_used,
     gpus_held,
@@ -52,32 +53,6 @@ from portal.tenants.models import Membership, Role, Tenant
 
 log = logging.getLogger(__name__)
 START_GRACE = timedelta(minutes=5)  # "now" sent by a client a little late is still now
-
-
-@dataclass
-class OrderSpec:
-    models: list[str] = field(default_factory=list)
-    gpu_count: int = 1
-    gpu_milli: int = 1000
-    nodes: int = 1
-    locality: str = Locality.ANY
-    locality_required: bool = False
-    priority: str = Priority.ON_DEMAND
-    start_at: datetime | None = None
-    duration_hours: Decimal | None = None
-    end_at: datetime | None = None
-    name: str = ""
-    tags: dict[str, str] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Window:
-    start: datetime
-    end: datetime
-
-    @property
-    def hours(self) -> Decimal:
-        return Decimal((self.end - self.start).total_seconds()) / 3600
 
 
 class OrderRejected(ApplicationError):

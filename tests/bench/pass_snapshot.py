@@ -161,7 +161,7 @@ def main() -> None:
     parser.add_argument("--history", type=int, default=2, help="ended leases per node")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--no-schedule", action="store_true",
-                        help="skip the schedule column (the core's pass: scheduler.passbench)")
+                        help="skip the schedule column (the core's pass: scheduler.bench.passbench)")
     args = parser.parse_args()
     url = os.environ.setdefault("DATABASE_URL", DEFAULT_DB)
     ensure_database(url)

@@ -2,7 +2,8 @@
 
 from dataclasses import replace
 
-from scheduler import bench, fabricbench
+from scheduler.bench import fabricbench
+from scheduler.bench.__main__ import main as bench_main
 from scheduler.fabrics import fat_tree_2tier
 from scheduler.model import NodeAllocation
 
@@ -29,7 +30,7 @@ def test_simulate_reports_every_metric():
 
 
 def test_cli_prints_policies_side_by_side(capsys):
-    assert bench.main(["fabric", "--jobs", "150", "--fabrics", "rail"]) == 0
+    assert bench_main(["fabric", "--jobs", "150", "--fabrics", "rail"]) == 0
     out = capsys.readouterr().out
     assert "== rail" in out and "fgd+fabric" in out and "gang_wait_p95_s" in out
 
@@ -89,7 +90,7 @@ def test_bench_default_drains_a_leaf_per_waiting_leaf_gang():
 
 
 def test_sweep_summary_counts_halved_seeds():
-    from scheduler.fabricsweep import summary
+    from scheduler.bench.fabricsweep import summary
 
     def row(policy, seed, p95):
         return {"policy": policy, "seed": seed, "load": 0.9, "fabric": "rail",

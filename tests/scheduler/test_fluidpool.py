@@ -1,9 +1,9 @@
 """The fluid-pool reference of the fabric benchmark (``--reference fluid``, ADR 0176)."""
 
-from scheduler import fabricbench
-from scheduler.fabricbench import Job
+from scheduler.bench import fabricbench
+from scheduler.bench.fabricbench import Job
+from scheduler.bench.fluidpool import simulate_fluid
 from scheduler.fabrics import fat_tree_2tier
-from scheduler.fluidpool import simulate_fluid
 
 
 def _jobs() -> list[Job]:
@@ -45,9 +45,9 @@ def test_a_job_beyond_the_retry_window_is_not_tried():
 
 
 def test_the_benchmark_prints_the_references_next_to_the_policies(capsys):
-    from scheduler import bench
+    from scheduler.bench.__main__ import main as bench_main
 
-    assert bench.main(["fabric", "--jobs", "150", "--fabrics", "2-tier",
+    assert bench_main(["fabric", "--jobs", "150", "--fabrics", "2-tier",
                        "--reference", "no-leaf", "fluid"]) == 0
     out = capsys.readouterr().out
     assert "fgd+fabric no-leaf" in out and "fluid" in out and "other_wait_p95_s" in out

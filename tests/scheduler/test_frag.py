@@ -50,6 +50,6 @@ def test_typical_mix_of_the_openb_trace_has_35_types():
     path = Path("/work/shared/bench/traces/openb_pod_list_default.csv")
     if not path.exists():
         pytest.skip("openb trace not present")
-    from scheduler.replay.trace import load_pods, task_mix
+    from scheduler.bench.replay.trace import load_pods, task_mix
 
     assert len(task_mix(load_pods(path))) == 35

@@ -1,8 +1,8 @@
-"""Why gangs wait (scheduler.gangwait): the classification the fabric bench prints."""
+"""Why gangs wait (scheduler.bench.gangwait): the classification the fabric bench prints."""
 
 import pytest
 
-from scheduler.gangwait import NEVER, Moment, WaitCauses
+from scheduler.bench.gangwait import NEVER, Moment, WaitCauses
 
 # Two leaves of 4 nodes. ``first``: arrival rank of each node's earliest running job.
 LEAF_OF = {f"{leaf}{k}": leaf for leaf in "AB" for k in range(4)}

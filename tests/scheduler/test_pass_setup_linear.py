@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler import engine
-from scheduler.bench import cluster, prefill
+from scheduler.bench.workload import cluster, prefill
 from scheduler.cluster import ClusterState
 from scheduler.context import score_context
 from scheduler.fabric import LeafTracker

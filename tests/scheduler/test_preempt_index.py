@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import random
 
-from scheduler import bench, preempt, schedule_pass
+from scheduler import preempt, schedule_pass
+from scheduler.bench import workload
 
 
 def test_indexed_victim_search_matches_the_full_scan(monkeypatch):
     rng = random.Random(3)
-    snap = bench.prefill(bench.cluster(96, per_leaf=16), rng, share=0.5)
-    queue = bench.queue(600, rng)
+    snap = workload.prefill(workload.cluster(96, per_leaf=16), rng, share=0.5)
+    queue = workload.queue(600, rng)
     indexed = schedule_pass(snap, queue, 0, earliest_start_limit=0)
     assert any(getattr(d, "victims", ()) for d in indexed.decisions)  # it preempts
     assert len(snap.nodes) < preempt.GANG_VICTIM_NODES

@@ -3,10 +3,10 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.bench.replay.__main__ import main
+from scheduler.bench.replay.snapshot import alloc_at, run_snapshot
+from scheduler.bench.replay.trace import capacity_milli, load_nodes, load_pods, score_context, tune
 from scheduler.policy import get_policy
-from scheduler.replay.__main__ import main
-from scheduler.replay.snapshot import alloc_at, run_snapshot
-from scheduler.replay.trace import capacity_milli, load_nodes, load_pods, score_context, tune
 
 DATA = Path(__file__).parent / "data"
 TRACES = Path("/work/shared/bench/traces")
@@ -74,8 +74,8 @@ def test_openb_seed_42_bestfit_reproduces_and_default_beats_it():
 
 
 def test_gpuspec_fgd_form_names_one_model_or_both_v100s_on_a_seeded_share():
+    from scheduler.bench.replay.trace import FGD_SPECS, Pod, constrain
     from scheduler.fabrics import hgx
-    from scheduler.replay.trace import FGD_SPECS, Pod, constrain
 
     nodes = [hgx("g2", 8, "G2"), hgx("t4", 2, "T4"), hgx("v", 8, "V100M16"),
              hgx("w", 8, "V100M32")]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from scheduler import engine
-from scheduler.bench import cluster
+from scheduler.bench.workload import cluster
 from scheduler.cluster import ClusterState
 from scheduler.context import score_context
 from scheduler.decisions import Placement

@@ -18,7 +18,7 @@ import time
 from collections.abc import Sequence
 
 from scheduler import engine
-from scheduler.bench import cluster, prefill, queue
+from scheduler.bench.workload import cluster, prefill, queue
 from scheduler.decisions import Placement
 from scheduler.warm import WarmBase
 

@@ -17,8 +17,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from scheduler.bench.replay.snapshot import percentile
 from scheduler.model import MILLI
-from scheduler.replay.snapshot import percentile
 
 WINDOW = 128  # waiting jobs tried per event, as ``fabricbench.RETRY_WINDOW``
 

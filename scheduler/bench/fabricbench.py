@@ -29,7 +29,7 @@ placed; jobs refused at the door because they can never fit the fabric (``never_
 ``--reference`` adds rows that are not policies but bounds on what placement can do:
 ``no-leaf`` replays each policy with every gang's leaf requirement dropped (a gang may
 take any nodes: no leaf fragmentation can hold it back), ``fluid`` runs the workload on
-one bin of the fabric's GPUs (:mod:`scheduler.fluidpool`: no nodes, no leaves at all).
+one bin of the fabric's GPUs (:mod:`scheduler.bench.fluidpool`: no nodes, no leaves at all).
 """
 
 from __future__ import annotations
@@ -45,13 +45,14 @@ from pathlib import Path
 from typing import Any
 
 from scheduler.attempt import Found, commit, find, shape_of
+from scheduler.bench.fluidpool import simulate_fluid
+from scheduler.bench.gangwait import BUCKETS, NEVER, Moment, WaitCauses
+from scheduler.bench.replay.snapshot import percentile
 from scheduler.cluster import ClusterState
 from scheduler.context import score_context
 from scheduler.fabric import KEEP_LEAVES, FabricModel, LeafTracker, drain_leaves, typical_gang
 from scheduler.fabrics import fat_tree_2tier, fat_tree_3tier, superpod
 from scheduler.feasibility import never_fits
-from scheduler.fluidpool import simulate_fluid
-from scheduler.gangwait import BUCKETS, NEVER, Moment, WaitCauses
 from scheduler.model import (
     MILLI,
     Lease,
@@ -67,7 +68,6 @@ from scheduler.model import (
 from scheduler.nodestate import Shape
 from scheduler.policy import get_policy
 from scheduler.preempt import find_with_victims
-from scheduler.replay.snapshot import percentile
 from scheduler.reservation import plan_hold
 from scheduler.reserve import plan_reserve
 from scheduler.scores import ScoreContext
@@ -214,7 +214,7 @@ class _Sim:
         # Leaf membership for the fragmentation metric (the same for every policy).
         self.tracker = LeafTracker(ctx.fabric, self.state.names) if ctx.fabric else None
         self.free_at: dict[str, float] = {}  # node -> end of the last job placed there
-        # Why gangs wait (scheduler.gangwait): arrival rank per job, ranks per node.
+        # Why gangs wait (scheduler.bench.gangwait): arrival rank per job, ranks per node.
         self.rank: dict[str, int] = {}
         self.on_node: dict[str, dict[str, int]] = {n.name: {} for n in nodes}
         self.causes = WaitCauses()
@@ -509,45 +509,3 @@ def render(results: Sequence[tuple[str, list[dict[str, Any]]]]) -> str:
         for col in COLUMNS:
             lines.append(f"{col:<20}" + "".join(f"{r[col]:>21}" for r in rows))
     return "\n".join(lines)
-
-
-def main(argv: Sequence[str]) -> int:
-    import argparse
-
-    from scheduler.policy import DEFAULT_POLICY
-
-    parser = argparse.ArgumentParser(prog="python -m scheduler.bench fabric")
-    parser.add_argument("--policies", nargs="+",
-                        default=["fgd+", DEFAULT_POLICY])
-    parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--seed", type=int, default=42)
-    parser.add_argument("--load", type=float, default=0.9)
-    parser.add_argument("--fabrics", nargs="+", choices=sorted(fabrics()), default=None)
-    parser.add_argument("--workload", help="replay this CSV instead of generating one")
-    parser.add_argument("--csv", help="write the (last fabric's) generated workload here")
-    parser.add_argument("--seeds", nargs="+", type=int,
-                        help="sweep these seeds (and --loads) and print the summary table")
-    parser.add_argument("--loads", nargs="+", type=float)
-    parser.add_argument("--procs", type=int, default=1, help="sweep processes")
-    parser.add_argument("--reference", nargs="+", choices=REFERENCES, default=[],
-                        help="add bound rows: each policy without leaf requirements "
-                             "(no-leaf), the workload on one bin of GPUs (fluid)")
-    parser.add_argument("--fluid-headroom", nargs="+", type=int, default=[0],
-                        metavar="GPUS", help="fluid rows where orders that are not gangs "
-                        "may not take the last GPUS free GPUs (one row per value)")
-    parser.add_argument("--spot", type=float, default=0.0, metavar="SHARE",
-                        help="share of the fractional and single-node jobs that are spot: "
-                        "any other job that does not fit may preempt them (they requeue)")
-    args = parser.parse_args(argv)
-    extras = Extras(tuple(args.reference), tuple(args.fluid_headroom), args.spot)
-    if args.seeds or args.loads:
-        from scheduler.fabricsweep import per_seed, summary, sweep
-
-        rows = sweep(args.policies, args.jobs, args.seeds or [args.seed],
-                     args.loads or [args.load], args.fabrics or sorted(fabrics()), args.procs,
-                     extras)
-        print(per_seed(rows), summary(rows), sep="\n\n", flush=True)
-        return 0
-    print(render(run(args.policies, args.jobs, args.seed, args.load, args.workload,
-                     args.csv, args.fabrics, extras)), flush=True)
-    return 0

@@ -1,4 +1,4 @@
-"""``python -m scheduler.replay snapshot|timeline ...`` (see docs/scheduler.md)."""
+"""``python -m scheduler.bench.replay snapshot|timeline ...`` (see docs/scheduler.md)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from scheduler.policy import DEFAULT_POLICY, POLICIES, get_policy
-from scheduler.replay.snapshot import alloc_at, run_snapshot
-from scheduler.replay.timeline import run_timeline
-from scheduler.replay.trace import (
+from scheduler.bench.replay.snapshot import alloc_at, run_snapshot
+from scheduler.bench.replay.timeline import run_timeline
+from scheduler.bench.replay.trace import (
     capacity_milli,
     constrain,
     ignore_models,
@@ -20,10 +19,11 @@ from scheduler.replay.trace import (
     score_context,
     tune,
 )
+from scheduler.policy import DEFAULT_POLICY, POLICIES, get_policy
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m scheduler.replay")
+    parser = argparse.ArgumentParser(prog="python -m scheduler.bench.replay")
     sub = parser.add_subparsers(dest="mode", required=True)
     for mode in ("snapshot", "timeline"):
         p = sub.add_parser(mode)

@@ -5,7 +5,7 @@
 prints, per load and fabric, each policy's mean over the seeds: allocation, gang wait mean,
 gang wait p95 (mean and median of the per-seed p95), on how many seeds the policy's p95 is
 at most half the baseline's (``fgd+``, today's policy; seeds where the baseline waits at
-all), leaf fragmentation and why gangs waited (``scheduler.gangwait``, share of
+all), leaf fragmentation and why gangs waited (``scheduler.bench.gangwait``, share of
 gang wait-seconds).
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any
 
-from scheduler.fabricbench import NO_EXTRAS, Extras, run
-from scheduler.gangwait import BUCKETS
+from scheduler.bench.fabricbench import NO_EXTRAS, Extras, run
+from scheduler.bench.gangwait import BUCKETS
 
 Row = dict[str, Any]
 BASELINE = "fgd+"

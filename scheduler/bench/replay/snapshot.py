@@ -11,10 +11,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from scheduler.bench.replay.trace import Pod, capacity_milli
 from scheduler.cluster import ClusterState
 from scheduler.model import Node
 from scheduler.policy import Policy
-from scheduler.replay.trace import Pod, capacity_milli
 from scheduler.scarcity import best_across_models
 from scheduler.scores import ScoreContext
 

@@ -16,11 +16,11 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+from scheduler.bench.replay.snapshot import percentile
+from scheduler.bench.replay.trace import Pod, capacity_milli
 from scheduler.cluster import ClusterState
 from scheduler.model import Node, NodeAllocation
 from scheduler.policy import Policy
-from scheduler.replay.snapshot import percentile
-from scheduler.replay.trace import Pod, capacity_milli
 from scheduler.scarcity import best_across_models
 from scheduler.scores import ScoreContext
 
