@@ -347,6 +347,7 @@ SPECTACULAR_SETTINGS = {
         "SwitchRoleEnum": "portal.inventory.models.Switch.Role",
         "LeaseStateEnum": "portal.leasing.models.LeaseState",
         "NodeStateEnum": "portal.inventory.models.Node.State",
+        "ServiceStateEnum": "portal.inventory.models.Service",
     },
     "APPEND_COMPONENTS": {
         "securitySchemes": {
