@@ -202,6 +202,20 @@ ZH.update({
 "Ask a tenant admin to invite you, then open the link in the e-mail.": "请让租户管理员邀请您，然后打开邮件中的链接。",
 })
 
+ZH.update({
+"The pool holds %(most)s %(models)s GPUs; this order asks for %(asked)s.": "资源池共有 %(most)s 块 %(models)s GPU；此订单需要 %(asked)s 块。",
+"The largest %(models)s node has %(most)s GPUs; this order asks for %(asked)s per node.": "最大的 %(models)s 节点有 %(most)s 块 GPU；此订单每节点需要 %(asked)s 块。",
+"The largest NVLink domain has %(most)s GPUs; this order asks for %(asked)s in one.": "最大的 NVLink 域有 %(most)s 块 GPU；此订单需要在同一个域中使用 %(asked)s 块。",
+"No node that holds these GPUs has enough CPU.": "拥有这些 GPU 的节点都没有足够的 CPU。",
+"No node that holds these GPUs has enough memory.": "拥有这些 GPU 的节点都没有足够的内存。",
+"The pool has %(most)s %(models)s nodes that hold this shape; this order asks for %(asked)s.": "资源池中能满足此规格的 %(models)s 节点有 %(most)s 个；此订单需要 %(asked)s 个。",
+"No leaf switch holds %(asked)s %(models)s nodes (at most %(most)s); order fewer nodes or drop the required locality.": "没有任何叶交换机下有 %(asked)s 个 %(models)s 节点（最多 %(most)s 个）；请减少节点数或取消必须满足的拓扑位置。",
+"Remove selected members (keeps each tenant's last admin)": "移除所选成员（保留每个租户的最后一名管理员）",
+"%(message)s (last owner/admin of: %(tenants)s)": "%(message)s（以下租户的最后一名所有者/管理员：%(tenants)s）",
+"Not deleted: %(users)s — %(message)s": "未删除：%(users)s — %(message)s",
+"Enrolment approved.": "注册已批准。", "Enrolment denied.": "注册已拒绝。", "Done.": "完成。",
+"Removed %(member)s.": "已移除 %(member)s。", "any model": "任意型号",
+})
 PLURAL = {"%(n)s link error": ["%(n)s 个链路错误"]}
 
 

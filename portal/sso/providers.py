@@ -21,6 +21,10 @@ class ProviderError(Exception):
     """A provider is unknown, misconfigured or unreachable (shown as a clear page)."""
 
 
+class UnknownProvider(ProviderError):
+    """No provider has that name: the sign-in URL is wrong (404), not the provider (502)."""
+
+
 @dataclass(frozen=True)
 class Provider:
     name: str
@@ -62,7 +66,7 @@ def provider_named(name: str) -> Provider:
     for p in providers():
         if p.name == name:
             return p
-    raise ProviderError(f"No sign-in provider called {name!r}.")
+    raise UnknownProvider(f"No sign-in provider called {name!r}.")
 
 
 def discovery(provider: Provider) -> dict[str, Any]:

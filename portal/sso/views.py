@@ -17,7 +17,7 @@ from django.views.decorators.http import require_GET
 from mozilla_django_oidc.utils import generate_code_challenge
 
 from portal.sso.backend import LoginRefused, ProviderBackend
-from portal.sso.providers import ProviderError, discovery, provider_named
+from portal.sso.providers import ProviderError, UnknownProvider, discovery, provider_named
 
 SESSION_KEY = "sso_states"
 MAX_PENDING = 10
@@ -43,6 +43,9 @@ def _safe_next(request: HttpRequest) -> str:
 def start(request: HttpRequest, name: str) -> HttpResponse:
     try:
         provider = provider_named(name)
+    except UnknownProvider as exc:
+        return refused(request, str(exc), status=404)
+    try:
         endpoint = discovery(provider)["authorization_endpoint"]
     except (ProviderError, KeyError) as exc:
         return refused(request, str(exc), status=502)

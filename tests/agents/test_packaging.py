@@ -4,6 +4,7 @@ virtualenv without Django and ``gpupool-agent`` runs from there on fake hardware
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -24,7 +25,12 @@ def _run(*argv: str | Path, cwd: Path | None = None) -> str:
 @pytest.mark.slow
 def test_wheel_installs_without_django_and_runs(tmp_path: Path, node_exporter_sys: Path) -> None:
     wheels = tmp_path / "wheels"
-    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", ROOT / "agents", "-w", wheels)
+    # built from a copy: setuptools builds in the source tree (agents/build/), and the
+    # checkout under test stays as it was
+    source = tmp_path / "src" / "agents"
+    shutil.copytree(ROOT / "agents", source,
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    _run(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", source, "-w", wheels)
     [wheel] = wheels.glob("gpupool_agent-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "agents/cli.py" in names and "agents/doctor/__init__.py" in names

@@ -41,7 +41,9 @@ FORBIDDEN = ["insufficient_capacity", "fragmentation", "not_yet", "expiry_warnin
              "Partitions", "Enrolments", "Console", "Dashboard", "Order GPUs", "Usage",
              "Download", "Save", "Submit", "Change", "Withdraw", "Yes", "No leaf switch"]
 # names of formats and standards, shown as they are in every language
-PROPER_NOUNS = {"FOCUS", "FinOps", "JSON", "JSONL"}
+# "Webhook": the Standard Webhooks term, kept as is in Chinese product UIs (as the
+# zh-hans pages write it: "Webhook 端点")
+PROPER_NOUNS = {"FOCUS", "FinOps", "JSON", "JSONL", "Webhook"}
 # the console shows data as it is: switch names ("demo-fabric leaf 001"), port rates
 # ("400 Gb/sec"), tool names; the audit log's recorded changes are data too (its page is
 # checked for the FORBIDDEN words only)

@@ -160,6 +160,10 @@ ROUTES: dict[str, list[Case]] = {
                                                       "new_password2": "x" * 12}, PUBLIC),
                                    ("PUT", "reset", {}, PUBLIC)],
     "web:password_reset_complete": [("GET", "none", {}, PUBLIC)],
+    # SSO (portal/sso): no provider of that name is configured, whoever asks (404); the
+    # callback of an unknown sign-in state is refused in words (400), nobody signed in
+    "sso:start": [("GET", "sso_provider", {}, _row(404, 404, 404, 404, 404))],
+    "sso:callback": [("GET", "sso_provider", {}, _row(400, 400, 400, 400, 400))],
     # --- tenant pages (browser session) -----------------------------------------------------
     "web:dashboard": [("GET", "none", {}, PAGE)],
     "web:profile": [("GET", "none", {}, PAGE)],
