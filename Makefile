@@ -88,7 +88,7 @@ bench-ingest: $(STAMP)
 bench-longpoll: $(STAMP)
 	$(PY) -m tests.bench.longpoll_idle --nodes 200 --long-poll 10 --timeouts 3
 
-# agents over HTTP (agents.simfleet, GPUPOOL_SIMULATED_AGENTS=0): the production path
+# agents over HTTP (agents.sim.fleet, GPUPOOL_SIMULATED_AGENTS=0): the production path
 ## order → active over the agent protocol (HTTP agent simulator; docs/adr/0140, 0160), at the
 ## intervals the portal gives a fleet that size (reports every max(10 s, nodes / 50), long-poll
 ## clamp(nodes / 100, 30 s, 120 s): 20 s / 30 s at 1,000 nodes, 200 s / 100 s at 10,000).

@@ -292,7 +292,7 @@ def parser() -> argparse.ArgumentParser:
     fp.add_argument("--listen", default="127.0.0.1:8765")
     fp.add_argument("--token-uses", type=int, default=1000)
     sim = sub.add_parser("simulate", help="many fake node agents against a portal")
-    from agents.simulate import add_arguments
+    from agents.sim.simulate import add_arguments
 
     add_arguments(sim)
     return p
@@ -316,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_faketree(args)
         if args.command == "fakeportal":
             return cmd_fakeportal(args)
-        from agents.simulate import run as simulate
+        from agents.sim.simulate import run as simulate
 
         return simulate(args)
     except config.ConfigError as exc:

@@ -2,7 +2,7 @@
 service (desired ``validation``, observed ``validation``, docs/agent-protocol.md §5.2).
 
 The checks read one fresh telemetry item in the production shape (``to_wire``), so the
-simulated fleet (``agents.simnode``) runs exactly these checks on what it reports. Then
+simulated fleet (``agents.sim.node``) runs exactly these checks on what it reports. Then
 ``dcgmi diag`` (``agents.node.dcgm``). A run happens in its own thread, once per new
 validation id; its result stays in observed state until a new id arrives, and the agent
 reports the moment it finishes (``on_done``).

@@ -11,7 +11,7 @@ import pytest
 from agents import config
 from agents.cli import main
 from agents.client.fakeportal import FakePortal, serve
-from agents.simulate import parser_for_tests
+from agents.sim.simulate import parser_for_tests
 from agents.sysfs.faketree import FakeSysfsWriter, gpu_node_hcas
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,7 +129,7 @@ def test_simulator_against_loopback_portal(tmp_path: Path, capsys: pytest.Captur
             "--portal", f"http://127.0.0.1:{server.server_address[1]}", "--nodes", "8",
             "--bootstrap-token", token, "--gpus", "h100x2", "--interval", "0.3",
             "--duration", "2.5", "--workers", "4", "--state-dir", str(tmp_path)])
-        from agents.simulate import run
+        from agents.sim.simulate import run
 
         assert run(args) == 0
     finally:

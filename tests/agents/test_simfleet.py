@@ -10,8 +10,8 @@ from pathlib import Path
 
 from agents import protocol
 from agents.client.fakeportal import FakePortal, serve
-from agents.simfleet import amain, parser_for_tests
-from agents.simnode import SimNode, telemetry_template
+from agents.sim.fleet import amain, parser_for_tests
+from agents.sim.node import SimNode, telemetry_template
 
 PKEY = "0x0101"
 
@@ -99,7 +99,7 @@ def test_regular_reports_are_spread_evenly_one_slot_per_node(tmp_path: Path) -> 
     """Finding (issue 12): every identity ran its own heartbeat task from a random start;
     now ONE scheduler gives node i slot i of the interval (jittered inside it), so N nodes
     send N reports per interval, evenly, and none bunch up."""
-    from agents.simfleet import Fleet
+    from agents.sim.fleet import Fleet
 
     count, interval = 200, 2.0
     tokens = tmp_path / "tokens.txt"
@@ -138,7 +138,7 @@ def test_regular_reports_are_spread_evenly_one_slot_per_node(tmp_path: Path) -> 
 def test_simulator_follows_the_intervals_the_portal_gives(tmp_path: Path) -> None:
     """As the agent does (ADR 0160): the enrolment's and every ack's intervals, unless the
     command line fixes them; a changed interval moves the next slot, not the cycle count."""
-    from agents.simfleet import Fleet
+    from agents.sim.fleet import Fleet
 
     tokens = tmp_path / "tokens.txt"
     tokens.write_text("t0\nt1")

@@ -1,4 +1,4 @@
-"""``agents.simfleet --control``: faults injected into a running simulated fleet show in
+"""``agents.sim.fleet --control``: faults injected into a running simulated fleet show in
 what the portal receives, in the real agent's shape, at once (issue 27)."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from typing import Any
 
 from agents import protocol
 from agents.client.fakeportal import FakeNode, FakePortal, serve
-from agents.simfaults import NodeFaults
-from agents.simfleet import amain, parser_for_tests
-from agents.simnode import SimNode, telemetry_template
+from agents.sim.faults import NodeFaults
+from agents.sim.fleet import amain, parser_for_tests
+from agents.sim.node import SimNode, telemetry_template
 
 
 class Driver:

@@ -1,4 +1,4 @@
-"""The simulator's HTTP/1.1 keep-alive pool (agents/simhttp.py) against a tiny server."""
+"""The simulator's HTTP/1.1 keep-alive pool (agents/sim/httppool.py) against a tiny server."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from agents.simhttp import HttpError, Pool
+from agents.sim.httppool import HttpError, Pool
 
 Handler = Callable[[bytes], Awaitable[bytes | None]]
 

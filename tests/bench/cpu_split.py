@@ -1,7 +1,7 @@
 """CPU seconds per process group of a live ``Stack`` (``/proc/<pid>/stat``), for benches.
 
 Groups: ``web`` (uvicorn and its worker processes), ``workers`` (Celery), ``beat``,
-``simulator`` (``agents.simfleet``), ``postgres`` (the backends connected to the stack's
+``simulator`` (``agents.sim.fleet``), ``postgres`` (the backends connected to the stack's
 database; a backend that exits inside the window takes its CPU with it, and the pools
 keep theirs open) and ``redis`` (the stack's private server). Every process the stack
 spawns leads its own process group, so a group is "processes whose pgid is that pid".

@@ -2,9 +2,9 @@
 production path.
 
 PostgreSQL + a private Redis + uvicorn + 2 Celery workers + beat (``GPUPOOL_SIMULATED_AGENTS
-=0``); the HTTP agent simulator (``python -m agents.simfleet``) for every node, speaking the
+=0``); the HTTP agent simulator (``python -m agents.sim.fleet``) for every node, speaking the
 agent protocol, with faults injected into the running fleet through its control file
-(``agents.simfaults``); the real fabric agent (fake driver) applying the partition map.
+(``agents.sim.faults``); the real fabric agent (fake driver) applying the partition map.
 
 The pool is filled to about ``--fill`` of its GPUs with leaf-placed 2-node gangs (8 GPUs a
 node) and single-node leases of 4 and 8 GPUs; then a fault every ``--every`` seconds hits a

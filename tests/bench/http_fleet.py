@@ -1,4 +1,4 @@
-"""The HTTP agent simulator (``python -m agents.simfleet``) attached to a live ``Stack``.
+"""The HTTP agent simulator (``python -m agents.sim.fleet``) attached to a live ``Stack``.
 
 It enrols every inventory node over the agent API with its own hostname-bound one-time
 bootstrap token (issued by ``manage.py agent_token create``, as an operator does), then
@@ -77,7 +77,7 @@ class HttpFleet:
     apply_delay_s: float
     long_poll_s: int = 0  # 0: the timeout the portal gives at enrolment
     proc: subprocess.Popen[bytes] | None = None
-    control: Path | None = None  # faults injected while running (agents.simfaults)
+    control: Path | None = None  # faults injected while running (agents.sim.faults)
 
     @property
     def summary_path(self) -> Path:
@@ -88,7 +88,7 @@ class HttpFleet:
         inventory, tokens = self.stack.tmp / "inventory.json", self.stack.tmp / "tokens.txt"
         write_inventory(self.stack, inventory)
         issue_tokens(self.stack, tokens, self.nodes)
-        argv = [PYTHON, "-m", "agents.simfleet", "--portal", self.stack.base_url,
+        argv = [PYTHON, "-m", "agents.sim.fleet", "--portal", self.stack.base_url,
                 "--nodes", str(self.nodes), "--tokens-file", str(tokens),
                 "--inventory", str(inventory), "--report-interval", str(self.report_interval_s),
                 "--apply-delay", str(self.apply_delay_s), "--long-poll", str(self.long_poll_s),

@@ -2,7 +2,7 @@
 
 ``python -m tests.bench.ingest_profile --nodes 50 --rounds 12 [--profile 30]``
 
-Reports are built by the agent's own simulator code (``agents.simnode``: one real sample of
+Reports are built by the agent's own simulator code (``agents.sim.node``: one real sample of
 the fake-NVML + fake-sysfs sampler, 8 GPUs and one HCA port, re-labelled per node), each
 node 10 s apart in agent time, so one report in six starts a new minute of history. Each
 request is built first (the agent's JSON encoding is not counted), then the view's own
@@ -45,7 +45,7 @@ def _setup(db: str) -> None:
 
 
 def _enrol(count: int, run: str) -> list[Any]:
-    from agents.simnode import SimNode, telemetry_template
+    from agents.sim.node import SimNode, telemetry_template
     from portal.fleet.services.enrolment import agent_enrol, bootstrap_token_create
 
     template, nodes = telemetry_template(), []

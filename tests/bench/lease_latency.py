@@ -3,7 +3,7 @@
 PostgreSQL + a private Redis + uvicorn + 2 Celery workers + beat (``tests.portal.leasing.stack``),
 a generated fat-tree cluster of ``--nodes`` 8-GPU nodes. ``--agents http`` (the default,
 issue 12): ``GPUPOOL_SIMULATED_AGENTS=0`` and the HTTP agent simulator
-(``python -m agents.simfleet``, ``tests/bench/http_fleet.py``) enrols every node with its
+(``python -m agents.sim.fleet``, ``tests/bench/http_fleet.py``) enrols every node with its
 own bound bootstrap token, long-polls and reports exactly as the agent does, converging
 ``--apply-delay`` s after it receives desired state. ``--agents in-db``: the demo's
 in-database shortcut (``GPUPOOL_SIMULATED_AGENTS=1``), no agent at all — not production.

@@ -4,7 +4,7 @@
 
 A live stack (tests/portal/leasing/stack.py: a fresh PostgreSQL database, a private Redis,
 uvicorn) WITHOUT Celery workers or beat, so nothing but the agents touches the database;
-the HTTP agent simulator (``agents.simfleet``: the agent's wire protocol) enrols ``--nodes``
+the HTTP agent simulator (``agents.sim.fleet``: the agent's wire protocol) enrols ``--nodes``
 agents, each reports (every ``--report-interval`` s) until all have, then its regular reports are paused (SIGUSR1) and only the long-polls run. Counted
 by PostgreSQL itself: ``pg_stat_database.xact_commit`` of the stack's database over
 ``--timeouts`` whole long-poll timeouts (every autocommit statement is one commit), the

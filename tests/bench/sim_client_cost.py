@@ -3,7 +3,7 @@
 A separate server process (asyncio, answers ``/now`` at once and ``/wait`` after
 ``--hold-s``) ; the client holds ``--held`` requests open (the fleet's long-polls), then
 sends ``--requests`` quick ones ``--concurrency`` at a time (reports) and prints the
-client's CPU per quick request for each transport: ``agents.simhttp.Pool`` (one pool),
+client's CPU per quick request for each transport: ``agents.sim.httppool.Pool`` (one pool),
 ``httpx`` with one client, and ``httpx`` in 64 shards (the simulator before ADR 0140).
 
     python -m tests.bench.sim_client_cost --held 2000 --requests 3000
@@ -21,7 +21,7 @@ from typing import Any
 
 import httpx
 
-from agents.simhttp import Pool
+from agents.sim.httppool import Pool
 from tests.portal.leasing.stack import free_port
 
 SERVER = r"""
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     limit = o.held + o.concurrency + 64
     rows = []
     try:
-        for name, make in (("agents.simhttp.Pool (one pool)", lambda: Simhttp(url, limit)),
+        for name, make in (("agents.sim.httppool.Pool (one pool)", lambda: Simhttp(url, limit)),
                            ("httpx, 64 shards (before)", lambda: Httpx(url, limit, 64)),
                            ("httpx, one client", lambda: Httpx(url, limit, 1))):
             try:

@@ -68,7 +68,7 @@ def test_orjson_reader_answers_as_the_standard_library_on_edge_cases(raw: bytes)
 
 def test_a_report_is_read_by_orjson(monkeypatch: pytest.MonkeyPatch) -> None:
     """The fast reader is used for a plain report (else this change would save nothing)."""
-    from agents.simnode import SimNode, telemetry_template
+    from agents.sim.node import SimNode, telemetry_template
 
     node = SimNode.build(1, "h-1", "tok", None, telemetry_template(), "bench")
     node.node_id = "n-1"

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from agents import __version__, protocol
-from agents.simnode import SimNode, telemetry_template
+from agents.sim.node import SimNode, telemetry_template
 from tests.bench.http_fleet import issue_tokens, write_inventory
 from tests.portal.leasing.stack import Stack, StackConfig
 

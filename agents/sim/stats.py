@@ -1,4 +1,4 @@
-"""Counters and per-endpoint latencies of ``agents.simfleet`` (what the agents see)."""
+"""Counters and per-endpoint latencies of ``agents.sim.fleet`` (what the agents see)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ desired-state apply with fake access/IPoIB). One scheduler thread hands due agen
 thread pool. Prints JSON progress lines on stderr and a JSON summary on stdout.
 
 It does not long-poll; for order → active over the agent protocol at 1,000–10,000
-identities use ``python -m agents.simfleet`` (one asyncio process; ADR 0114).
+identities use ``python -m agents.sim.fleet`` (one asyncio process; ADR 0114).
 """
 
 from __future__ import annotations

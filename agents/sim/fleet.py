@@ -8,13 +8,13 @@ seconds with telemetry shaped by the real sampler (fake NVML + fake sysfs, once,
 template). What the portal sees is what it sees from ``python -m agents node``; only the
 hardware is imaginary.
 
-    python -m agents.simfleet --portal URL --tokens-file T [--inventory I] --nodes N
+    python -m agents.sim.fleet --portal URL --tokens-file T [--inventory I] --nodes N
 
 ``--inventory``: JSON ``{hostname: {"ports": [[device, port, port_guid, node_guid]],
 "gpus": [uuid, ...]}}`` (the identities the portal's inventory already holds); without
 it hostnames are ``--hostname-prefix`` + index and GUIDs are derived from the index.
 Prints JSON progress on stderr and a JSON summary on stdout (``--summary`` also to a file).
-``--control PATH``: a JSON-lines file of faults to inject while running (``agents.simfaults``:
+``--control PATH``: a JSON-lines file of faults to inject while running (``agents.sim.faults``:
 XIDs, ECC, row remaps, ports down, silent agents, clear); a node reports right after a
 fault is applied; the summary counts ``faults_applied``.
 SIGUSR1 pauses (or resumes) the regular reports, to measure what idle long-polls cost
@@ -37,10 +37,10 @@ from pathlib import Path
 from typing import Any
 
 from agents import __version__, protocol
-from agents.simfaults import ControlFile, unless_silenced
-from agents.simhttp import HttpError, Pool, Response
-from agents.simnode import SimNode, telemetry_template
-from agents.simstats import Stats
+from agents.sim.faults import ControlFile, unless_silenced
+from agents.sim.httppool import HttpError, Pool, Response
+from agents.sim.node import SimNode, telemetry_template
+from agents.sim.stats import Stats
 
 MIN_REPORT_INTERVAL_S = 10
 URGENT = ("converged_reports", "fault_reports")  # sent because something changed
@@ -73,7 +73,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--summary", type=Path, help="also write the summary JSON here")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--control", type=Path,
-                   help="JSON-lines fault control file, re-read every loop (agents.simfaults)")
+                   help="JSON-lines fault control file, re-read every loop (agents.sim.faults)")
 
 
 class Fleet:
@@ -311,7 +311,7 @@ def parser_for_tests() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m agents.simfleet", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m agents.sim.fleet", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     args = p.parse_args(argv)

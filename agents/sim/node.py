@@ -1,11 +1,11 @@
-"""One simulated node identity for ``agents.simfleet``: what it reports and how it applies.
+"""One simulated node identity for ``agents.sim.fleet``: what it reports and how it applies.
 
 Telemetry comes from ONE sample of the real sampler (fake NVML ``h100x8`` + a fake sysfs
 tree), re-labelled per node (hostname, GPU UUIDs, port GUIDs, current P_Keys) with moving
 counters, so reports have the production shape and size without 10,000 sysfs trees.
 Observed partitions are computed by the agent's own ``check_partitions``; the simulated
 subnet manager gives each port exactly the keys its desired state asks for. Faults
-injected from the simulator's control file (``agents.simfaults``) show in the telemetry;
+injected from the simulator's control file (``agents.sim.faults``) show in the telemetry;
 a desired ``validation`` runs the agent's own checks on it (``agents.node.validate``).
 """
 
@@ -24,7 +24,7 @@ from agents import protocol
 from agents.node.dcgm import NOT_INSTALLED
 from agents.node.partitions import check_partitions, expected_pkeys
 from agents.node.validate import Baseline, hardware_checks, result
-from agents.simfaults import NodeFaults
+from agents.sim.faults import NodeFaults
 from agents.sysfs.infiniband import IbDevice, IbPort
 
 Port = tuple[str, int, str, str]  # device, port, port GUID (0x…), node GUID (0x…)

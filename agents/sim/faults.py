@@ -1,4 +1,4 @@
-"""Faults injected into a RUNNING ``agents.simfleet`` (``--control PATH``).
+"""Faults injected into a RUNNING ``agents.sim.fleet`` (``--control PATH``).
 
 JSON lines, re-read every loop (only lines appended since the last read), one fault per
 line for the identity with host name ``host``:
@@ -28,7 +28,7 @@ from typing import Any
 from agents.nvml.collector import CRITICAL_XIDS
 from agents.nvml.faults import FaultError, LineFollower
 
-log = logging.getLogger("agents.simfaults")
+log = logging.getLogger("agents.sim.faults")
 PortKey = tuple[str, int]
 
 

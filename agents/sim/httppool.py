@@ -1,4 +1,4 @@
-"""A small HTTP/1.1 keep-alive client pool on asyncio streams, for ``agents.simfleet``.
+"""A small HTTP/1.1 keep-alive client pool on asyncio streams, for ``agents.sim.fleet``.
 
 The simulator holds one long-poll per identity open at all times (10,000 at 10,000 nodes)
 plus reports. httpcore's pool re-scans every connection it holds on every request, so one
