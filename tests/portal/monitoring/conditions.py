@@ -80,7 +80,9 @@ def clear_broker() -> None:
 
 
 def fleet(nodes: int = 20) -> list[Node]:
-    cluster_generate(actor=None, spec=ClusterSpec(nodes=nodes, gpus_per_node=8))
+    """``nodes`` nodes of 8 GPUs, all reporting (made once; later calls reuse them)."""
+    if not Node.objects.exists():
+        cluster_generate(actor=None, spec=ClusterSpec(nodes=nodes, gpus_per_node=8))
     now = timezone.now()
     Node.objects.update(last_heartbeat=now - timedelta(seconds=2))
     for node in Node.objects.all():
