@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum
+from django.db.models import Count, DurationField, ExpressionWrapper, F, Min, Q, Sum, Value
 from django.db.models.functions import Greatest
 
 from portal.fleet import intervals
@@ -90,7 +90,8 @@ def agent_report_lag(now: datetime) -> AgentLag:
     lag_sum = 0.0
     if reported:
         stamps = qs.filter(last_heartbeat__isnull=False).annotate(
-            lag=ExpressionWrapper(now - F("last_heartbeat"), output_field=DurationField()))
+            lag=ExpressionWrapper(Value(now) - F("last_heartbeat"),
+                                  output_field=DurationField()))
         total = stamps.aggregate(s=Sum("lag"))["s"]
         lag_sum = max(total.total_seconds(), 0.0) if total else 0.0
     cumulative = [(b, int(row[f"b{i}"])) for i, b in enumerate(LAG_BOUNDS)]

@@ -96,7 +96,7 @@ def healthy() -> None:
     tenant = make_tenant("quiet")
     fleet()
     _lease(tenant, LeaseState.ACTIVE, created_ago_s=600, active_after_s=4)
-    _lease(tenant, LeaseState.QUEUED, created_ago_s=3, wait_reason="capacity")
+    _lease(tenant, LeaseState.QUEUED, created_ago_s=3, wait_reason="insufficient_capacity")
     endpoint = Endpoint.objects.create(tenant=tenant, url="https://93.184.215.14/hook",
                                        events=["lease.active"], secret="whsec_x")
     _message(endpoint, due_ago_s=None, status="delivered")
@@ -111,7 +111,7 @@ def troubled() -> None:
     4 nodes in repair and 2 validating, webhooks 20 minutes overdue, 900 Celery messages."""
     tenant = make_tenant("busy")
     nodes = fleet()
-    _lease(tenant, LeaseState.QUEUED, created_ago_s=7200, wait_reason="capacity")
+    _lease(tenant, LeaseState.QUEUED, created_ago_s=7200, wait_reason="insufficient_capacity")
     _lease(tenant, LeaseState.QUEUED, created_ago_s=60, wait_reason="quota")
     _lease(tenant, LeaseState.REQUESTED, created_ago_s=1)
     _lease(tenant, LeaseState.ACTIVE, created_ago_s=900, active_after_s=45)

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from portal.core import histograms
 from portal.leasing.lifecycle import placing
@@ -73,7 +75,7 @@ def test_every_series_says_what_the_database_holds() -> None:
     cond.troubled()
     got = samples(cond.scrape_text())
     # orders waiting, by reason; the oldest due one waited about two hours
-    assert value(got, "gpupool_orders_pending", reason="capacity") == 1
+    assert value(got, "gpupool_orders_pending", reason="insufficient_capacity") == 1
     assert value(got, "gpupool_orders_pending", reason="quota") == 1
     assert value(got, "gpupool_orders_pending", reason="new") == 1
     assert 7190 < value(got, "gpupool_orders_pending_oldest_seconds") < 7300
@@ -126,9 +128,9 @@ def test_a_real_scheduling_pass_is_timed() -> None:
     before = histograms.read(placing.PASS_HISTOGRAM).count
     placing.run_schedule_pass()  # nothing queued: not a pass worth timing
     assert histograms.read(placing.PASS_HISTOGRAM).count == before
+    now = timezone.now()
     Lease.objects.create(tenant=tenant, allowed_models=["H100"], gpu_count=1,
-                         state=LeaseState.QUEUED, start_at=cond.timezone.now(),
-                         end_at=cond.timezone.now() + cond.timedelta(hours=1))
+                         state=LeaseState.QUEUED, start_at=now, end_at=now + timedelta(hours=1))
     placing.run_schedule_pass()
     after = histograms.read(placing.PASS_HISTOGRAM)
     assert after.count == before + 1 and after.sum > 0
@@ -175,4 +177,4 @@ def test_a_failing_source_is_marked_and_the_others_still_served(monkeypatch: Any
     assert value(got, "gpupool_metrics_source_up", source="webhooks") == 0
     assert value(got, "gpupool_metrics_source_up", source="fleet") == 1
     assert not any(name.startswith("gpupool_webhook") for name, _ in got)
-    assert value(got, "gpupool_orders_pending", reason="capacity") == 1
+    assert value(got, "gpupool_orders_pending", reason="insufficient_capacity") == 1
