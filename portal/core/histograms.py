@@ -1,7 +1,7 @@
 """Histograms kept in PostgreSQL, so that every process on every host feeds the same one and
 every web process serves the same numbers (ADR 0230). Observing is one upsert of one row;
-reading is one small query. Used for what code paths measure (the scheduling pass); what
-the database already records (order → active) is derived at scrape time instead.
+reading is one small query, whatever the number of observations. Fed by the scheduling
+pass (its duration) and by provisioning (a lease's wait from order to active).
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ INF = "+Inf"
 BOUNDS: dict[str, tuple[float, ...]] = {
     "gpupool_schedule_pass_duration_seconds": (
         0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
+    "gpupool_order_to_active_seconds": (
+        1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0),
 }
 
 

@@ -40,17 +40,16 @@ def _pending() -> Iterator[Metric]:
                             value=selectors.oldest_due_order_age(now))
 
 
+HISTOGRAMS = {
+    "gpupool_schedule_pass_duration_seconds": "Scheduling passes that found a queue, by duration",
+    "gpupool_order_to_active_seconds": "Leases from order (or requested start) to active",
+}
+
+
 def _histograms() -> Iterator[Metric]:
-    name = "gpupool_schedule_pass_duration_seconds"
-    passes = histograms.read(name)
-    yield HistogramMetricFamily(name,
-                                "Scheduling passes that found a queue, by duration",
-                                buckets=passes.buckets, sum_value=passes.sum)
-    act = selectors.order_to_active()
-    yield HistogramMetricFamily("gpupool_order_to_active_seconds",
-                                "Leases from order (or requested start) to active",
-                                buckets=[(_le(b), n) for b, n in act.cumulative],
-                                sum_value=act.sum)
+    for name, doc in HISTOGRAMS.items():
+        kept = histograms.read(name)
+        yield HistogramMetricFamily(name, doc, buckets=kept.buckets, sum_value=kept.sum)
 
 
 def _fleet() -> Iterator[Metric]:

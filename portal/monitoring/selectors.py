@@ -17,8 +17,6 @@ from portal.leasing import states
 from portal.leasing.models import Lease
 from portal.webhooks.models import Message
 
-# order -> active latency bounds (seconds)
-ACTIVATION_BOUNDS = (1.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 # agent report lag bounds (seconds): a gauge histogram of the fleet as it is now
 LAG_BOUNDS = (5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0)
 # nodes whose agents are not expected to report (taken out by staff)
@@ -48,21 +46,6 @@ def oldest_due_order_age(now: datetime) -> float:
     oldest = (Lease.objects.filter(state__in=sorted(states.WAITING), start_at__lte=now)
               .aggregate(t=Min(Greatest("created", "start_at")))["t"])
     return max((now - oldest).total_seconds(), 0.0) if oldest else 0.0
-
-
-def order_to_active() -> Buckets:
-    """Every lease that became active: from when it could start (ordered, or its requested
-    start if later) to active. Cumulative since the first lease, so ``rate()`` works."""
-    latency = ExpressionWrapper(F("active_at") - Greatest("created", "start_at"),
-                                output_field=DurationField())
-    qs = Lease.objects.filter(active_at__isnull=False).annotate(latency=latency)
-    counts: dict[str, Any] = {f"b{i}": Count("id", filter=Q(latency__lte=timedelta(seconds=b)))
-                              for i, b in enumerate(ACTIVATION_BOUNDS)}
-    row = qs.aggregate(**counts, total=Count("id"), seconds=Sum("latency"))
-    total = int(row["total"])
-    cumulative = [(b, int(row[f"b{i}"])) for i, b in enumerate(ACTIVATION_BOUNDS)]
-    seconds = row["seconds"].total_seconds() if row["seconds"] else 0.0
-    return Buckets([*cumulative, (float("inf"), total)], seconds, total)
 
 
 @dataclass(frozen=True)

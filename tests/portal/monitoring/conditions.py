@@ -25,6 +25,7 @@ from tests.portal.factories import make_tenant
 TOKEN = "metrics-test-token"
 QUEUE = "gpupool-metrics-test"  # a queue of its own: no worker consumes test messages
 PASS = "gpupool_schedule_pass_duration_seconds"
+ACTIVATION = "gpupool_order_to_active_seconds"
 
 
 def scrape_text(client: Client | None = None) -> str:
@@ -49,6 +50,8 @@ def value(scraped: dict[tuple[str, frozenset[tuple[str, str]]], float], name: st
 
 def _lease(tenant: Any, state: str, *, created_ago_s: float, start_ago_s: float | None = None,
            active_after_s: float | None = None, wait_reason: str = "") -> Lease:
+    """A lease row; one that became active is observed as provisioning does (the
+    end-to-end path: test_metrics.test_an_order_driven_to_active_is_observed)."""
     now = timezone.now()
     created = now - timedelta(seconds=created_ago_s)
     start = now - timedelta(seconds=start_ago_s if start_ago_s is not None else created_ago_s)
@@ -58,6 +61,8 @@ def _lease(tenant: Any, state: str, *, created_ago_s: float, start_ago_s: float 
     active = (max(created, start) + timedelta(seconds=active_after_s)
               if active_after_s is not None else None)
     Lease.objects.filter(pk=lease.pk).update(created=created, active_at=active)
+    if active_after_s is not None:
+        histograms.observe(ACTIVATION, active_after_s)
     return lease
 
 

@@ -3,7 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,6 +22,7 @@ from tests.portal.factories import make_tenant
 from tests.portal.monitoring import conditions as cond
 from tests.portal.monitoring.conditions import samples, value
 
+ROOT = Path(__file__).resolve().parents[3]
 pytestmark = [pytest.mark.django_db, pytest.mark.services("postgres", "redis")]
 
 
@@ -138,6 +143,31 @@ def test_a_real_scheduling_pass_is_timed() -> None:
     assert value(got, "gpupool_schedule_pass_duration_seconds_count") == before + 1
 
 
+def test_an_order_driven_to_active_is_observed(frozen_clock: Any) -> None:
+    """End to end: an order placed by the reconciler's pass and provisioned by the
+    (simulated) agents is one order -> active observation and one timed pass."""
+    from decimal import Decimal
+
+    from portal.leasing.orderspec import OrderSpec
+    from portal.leasing.services import order_create
+    from tests.portal.driving import drive, small_pool
+    from tests.portal.factories import add_member
+
+    tenant, _ = small_pool()
+    user = add_member(tenant, "orderer", "member")
+    lease = order_create(actor=user, tenant=tenant, spec=OrderSpec(
+        models=["H100"], gpu_count=2, duration_hours=Decimal(1)))
+    assert histograms.read(cond.ACTIVATION).count == 0
+    drive()
+    lease.refresh_from_db()
+    assert lease.state == LeaseState.ACTIVE
+    got = samples(cond.scrape_text())
+    assert value(got, "gpupool_order_to_active_seconds_count") == 1
+    assert value(got, "gpupool_schedule_pass_duration_seconds_count") >= 1
+    # the frozen clock stands still: it waited 0 s
+    assert value(got, "gpupool_order_to_active_seconds_bucket", le="1.0") == 1
+
+
 def test_histogram_buckets_take_values_on_their_bound() -> None:
     assert histograms.bucket_for(placing.PASS_HISTOGRAM, 0.5) == "0.5"
     assert histograms.bucket_for(placing.PASS_HISTOGRAM, 0.5001) == "1.0"
@@ -153,6 +183,28 @@ def test_several_web_processes_would_agree() -> None:
     second = samples(cond.scrape_text(Client()))
     assert value(second, "gpupool_schedule_pass_duration_seconds_count") == \
         value(first, "gpupool_schedule_pass_duration_seconds_count") + 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_timed_in_another_process_is_served_here() -> None:
+    """The scheduling pass runs in a Celery worker, maybe on another host; the scrape is
+    answered by any web process: an observation made by a separate process (over the same
+    database) is in this process's scrape."""
+    from urllib.parse import urlparse
+
+    from django.db import connection
+
+    url = urlparse(os.environ["DATABASE_URL"])._replace(
+        path="/" + str(connection.settings_dict["NAME"])).geturl()
+    code = ("import django; django.setup(); from portal.core import histograms; "
+            f"histograms.observe({cond.PASS!r}, 3.0)")
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "portal.settings"}
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True, timeout=120)
+    got = samples(cond.scrape_text())
+    assert value(got, "gpupool_schedule_pass_duration_seconds_count") == 1
+    assert value(got, "gpupool_schedule_pass_duration_seconds_bucket", le="2.5") == 0
+    assert value(got, "gpupool_schedule_pass_duration_seconds_bucket", le="5.0") == 1
+    assert value(got, "gpupool_schedule_pass_duration_seconds_sum") == 3.0
 
 
 # --- failing sources ----------------------------------------------------------------------
