@@ -1,5 +1,6 @@
-"""The portal's collector: every series is computed when Prometheus scrapes, from the
-database (and the broker), so several web processes always agree (ADR 0230). Each source
+"""The portal's collector: every series is read when Prometheus scrapes — gauges from
+aggregate queries (and the broker), histograms from the buckets their code paths keep in
+the database — so several web processes always agree (ADR 0230). Each source
 is read on its own: one that fails reports ``gpupool_metrics_source_up{source} 0`` and the
 others are still served."""
 
