@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "portal.console",
     "portal.webhooks",
     "portal.sso",
+    "portal.monitoring",
 ]
 
 MIDDLEWARE = [
@@ -189,6 +190,10 @@ GPUPOOL_AGENT_REPORTS_PER_S = float(os.environ.get("GPUPOOL_AGENT_REPORTS_PER_S"
 GPUPOOL_AGENT_LONG_POLLS_PER_S = float(os.environ.get("GPUPOOL_AGENT_LONG_POLLS_PER_S", "100"))
 GPUPOOL_AGENT_UNREACHABLE_AFTER_S = int(os.environ.get("GPUPOOL_AGENT_UNREACHABLE_AFTER_S",
                                                        "30"))
+# /metrics (portal/monitoring, ADR 0230): a bearer token and/or allow-listed addresses
+# (comma-separated, CIDR); neither set: nobody may read it
+GPUPOOL_METRICS_TOKEN = os.environ.get("GPUPOOL_METRICS_TOKEN", "")
+GPUPOOL_METRICS_ALLOW = os.environ.get("GPUPOOL_METRICS_ALLOW", "")
 # The site's health-policy overrides (a YAML path; empty: the shipped table). ADR 0185
 GPUPOOL_HEALTH_POLICY = os.environ.get("GPUPOOL_HEALTH_POLICY", "")
 CELERY_BEAT_SCHEDULE = {

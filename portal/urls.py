@@ -9,12 +9,14 @@ from drf_spectacular.views import (
 
 from portal.core import views as core_views
 from portal.core.throttles import throttled
+from portal.monitoring import views as monitoring_views
 from portal.sso import forms as sso_forms
 from portal.web.views import account as account_views
 from portal.web.views import assets as asset_views
 
 urlpatterns = [
     path("healthz", core_views.healthz, name="healthz"),
+    path("metrics", monitoring_views.metrics, name="metrics"),
     path("favicon.ico", asset_views.favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("accounts/login/", throttled("login")(auth_views.LoginView.as_view(

@@ -6,6 +6,7 @@ with ``REQUIRE_SERVICES=1`` (CI) a missing thing is a failure, never a silent sk
 - ``@pytest.mark.services("postgres", "redis")``: the real services.
 - ``@pytest.mark.browser``: Debian's Chromium and Playwright.
 - ``@pytest.mark.opensm``: opensm, ibsim and infiniband-diags.
+- ``@pytest.mark.promtool``: Prometheus' ``promtool`` (Debian ``prometheus``).
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ def _opensm_missing() -> str | None:
     return None
 
 
+@cache
+def _promtool_missing() -> str | None:
+    if shutil.which("promtool") is None:
+        return "promtool not found (apt-get install prometheus)"
+    return None
+
+
 CHECKS = {"postgres": _postgres_missing, "redis": _redis_missing}
 
 
@@ -76,6 +84,8 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("browser") and (why := _browser_missing()):
         problems.append(why)
     if item.get_closest_marker("opensm") and (why := _opensm_missing()):
+        problems.append(why)
+    if item.get_closest_marker("promtool") and (why := _promtool_missing()):
         problems.append(why)
     if problems:
         message = "; ".join(dict.fromkeys(problems))

@@ -3,7 +3,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest
 
-from portal.core.models import AuditLog
+from portal.core.models import AuditLog, MetricBucket
 
 
 @admin.register(AuditLog)
@@ -21,4 +21,19 @@ class AuditLogAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(MetricBucket)
+class MetricBucketAdmin(admin.ModelAdmin):
+    """Read-only: the buckets of the histograms /metrics serves (ADR 0230). Deleting rows
+    resets a histogram (Prometheus reads it as a counter reset)."""
+
+    list_display = ("name", "le", "count", "total")
+    list_filter = ("name",)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False

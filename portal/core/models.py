@@ -38,3 +38,23 @@ class AuditLog(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         raise ValueError("audit log entries are append-only")
+
+
+class MetricBucket(models.Model):
+    """One bucket of a histogram fed by code that runs in any process on any host (the
+    scheduling pass runs in Celery workers, ``/metrics`` is served by web processes): each
+    observation adds one to the row of the smallest bound it fits under, in one upsert
+    (``portal.core.histograms``). ``le`` is the bound as Prometheus writes it (``+Inf``
+    for the last); ``total`` the sum of the values observed in this bucket. ADR 0230."""
+
+    name = models.CharField(max_length=64)
+    le = models.CharField(max_length=16)
+    count = models.PositiveBigIntegerField(default=0)
+    total = models.FloatField(default=0.0)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["name", "le"],
+                                               name="metric_bucket_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.name}{{le={self.le}}} {self.count}"

@@ -144,6 +144,9 @@ ROUTES: dict[str, list[Case]] = {
     "agent_api:unknown": [("GET", "none", {}, _row(404, 404, 404, 404, 404))],
     # --- public pages ---------------------------------------------------------------------
     "healthz": [("GET", "none", {}, PUBLIC)],
+    # Prometheus' scrape: its own bearer token (GPUPOOL_METRICS_TOKEN) or an allow-listed
+    # address, never a session or an API key (no header: 401; another bearer: 403)
+    "metrics": [("GET", "none", {}, _row(401, 403, 403, 401, 403))],
     "favicon": [("GET", "none", {}, _row(301, 301, 301, 301, 301))],  # -> the static file
     "login": [("GET", "none", {}, PUBLIC),  # wrong password: the form again, nobody signed in
               ("POST", "none", {"username": "a-admin", "password": "wrong"}, PUBLIC),

@@ -7,12 +7,14 @@ from datetime import datetime
 
 from django.db import transaction
 
-from portal.core import clock
+from portal.core import clock, histograms
 from portal.core.crash import crashpoint
 from portal.leasing import handover, notify, states
 from portal.leasing.lifecycle import dispatch, pushing, timing
 from portal.leasing.models import LOCK_SKIP, Lease
 from portal.leasing.models import LeaseState as S
+
+ACTIVATION_HISTOGRAM = "gpupool_order_to_active_seconds"
 
 
 def start(lease: Lease, now: datetime, *, fields: tuple[str, ...] = (),
@@ -61,10 +63,19 @@ def check_provisioned(lease_id: object) -> None:
             lease.active_at = now
             states.transition(lease, S.ACTIVE, reason="all nodes converged",
                               fields=("active_at",))
+            _observe_activation(lease, now)
             notify.lease_changed(lease)
             dispatch.expiry_on_commit(lease.pk, lease.end_at)
         elif lease.provision_deadline and now > lease.provision_deadline:
             _timed_out(lease)
+
+
+def _observe_activation(lease: Lease, now: datetime) -> None:
+    """Order → active into ``/metrics``: from when the lease could start (ordered, or its
+    requested start if later). After commit, in a statement of its own, so that the
+    histogram's row is never locked by a lease's transaction (ADR 0230)."""
+    waited = max((now - max(lease.created, lease.start_at)).total_seconds(), 0.0)
+    transaction.on_commit(lambda: histograms.observe(ACTIVATION_HISTOGRAM, waited))
 
 
 def _handover(lease: Lease, now: datetime) -> None:
