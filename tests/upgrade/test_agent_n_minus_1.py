@@ -16,17 +16,19 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from tests.bench.real_agents import NodeHost
 from tests.portal.leasing.stack import Stack, StackConfig, check_invariants
 from tests.upgrade import fleet, oldtree
 
 pytestmark = [pytest.mark.services("postgres", "redis"), pytest.mark.slow]
 
 
-def _port_pkeys(host: fleet.NodeHost) -> set[int]:
+def _port_pkeys(host: NodeHost) -> set[int]:
     keys: set[int] = set()
     for table in (host.root / "sys" / "class" / "infiniband").glob("*/ports/*/pkeys"):
         for entry in table.iterdir():
@@ -35,10 +37,10 @@ def _port_pkeys(host: fleet.NodeHost) -> set[int]:
     return keys - {0, 0x7FFF}
 
 
-def _wait(check: object, timeout: float = 30) -> bool:
+def _wait(check: Callable[[], bool], timeout: float = 30) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if check():  # type: ignore[operator]
+        if check():
             return True
         time.sleep(0.2)
     return False

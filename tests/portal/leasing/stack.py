@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -130,7 +130,7 @@ class Stack:
     # --- lifecycle --------------------------------------------------------------------------
     _previous_sigterm: Any = None
 
-    def __enter__(self) -> Stack:
+    def __enter__(self) -> Self:
         self._previous_sigterm = _exit_on_sigterm()
         try:
             self.start()
