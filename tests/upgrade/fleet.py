@@ -133,11 +133,6 @@ def wait_state(stack: Stack, lease_id: str, states: tuple[str, ...],
                          f"{stack.logs(25)}")
 
 
-def account_of(lease_id: str) -> str:
-    """The lease's id on the hosts (``portal.leasing``: ``ls_`` + 16 hex digits)."""
-    return "ls_" + lease_id.replace("-", "")[:16]
-
-
 def account_name(lease_id: str) -> str:
     """The lease's login on the hosts (``lease-`` + 12 hex digits)."""
     return "lease-" + lease_id.replace("-", "")[:12]

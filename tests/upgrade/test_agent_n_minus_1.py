@@ -98,7 +98,7 @@ def _run(stack: Stack, agents: fleet.Fleet) -> None:
     assert _wait(lambda: account not in agents.accounts() and not agents.grants()), \
         (agents.accounts(), agents.grants())
     assert _wait(lambda: not check_invariants(stack)), check_invariants(stack)
-    errors = stack.query("SELECT count(*) FROM fleet_agentreport")  # still reporting
-    assert errors[0][0] > reports[0][0]
+    later = stack.query("SELECT count(*) FROM fleet_agentreport")  # still reporting
+    assert later[0][0] > reports[0][0]
     print(f"old agents ({oldtree.OLD_COMMIT[:7]}): order → active {to_active:.1f} s, "
           f"release → ended {to_ended:.1f} s")
