@@ -20,7 +20,8 @@ class Tenant(models.Model):
     contact_name = models.CharField(max_length=120, blank=True)
     currency = models.CharField(max_length=3, default="USD")
     allow_password_login = models.BooleanField(
-        default=True, help_text="off: members sign in through SSO only (staff still can)")
+        default=True, db_default=True,
+        help_text="off: members sign in through SSO only (staff still can)")
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -57,7 +58,7 @@ class Membership(models.Model):
         help_text="personal GPU limit inside the tenant (own non-terminal leases); "
                   "empty = none")
     source = models.CharField(
-        max_length=255, default="local",
+        max_length=255, default="local", db_default="local",
         help_text="local (invitation, admin) or oidc:<issuer> (granted by SSO mapping rules)")
     created = models.DateTimeField(auto_now_add=True)
 

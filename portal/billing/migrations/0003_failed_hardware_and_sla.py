@@ -6,6 +6,9 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+    # One statement per transaction: ACCESS EXCLUSIVE on several live tables in one
+    # transaction deadlocks with running code (expand-only rule 4, docs/operations.md).
+    atomic = False
 
     dependencies = [
         ('billing', '0002_usage_gpu_util_avg'),
@@ -39,8 +42,19 @@ class Migration(migrations.Migration):
             model_name='creditline',
             constraint=models.UniqueConstraint(condition=models.Q(('kind', 'sla')), fields=('tenant', 'source_month'), name='credit_one_sla_per_month'),
         ),
-        migrations.AddConstraint(
-            model_name='usagerecord',
-            constraint=models.CheckConstraint(condition=models.Q(('failed_gpu_seconds__gte', 0), ('failed_gpu_seconds__lte', django.db.models.expressions.CombinedExpression(models.F('gpus'), '*', models.F('seconds')))), name='usage_failed_within_used'),
+        # billing_usagerecord is a big table: the constraint is added NOT VALID (no scan, a
+        # moment's lock) and validated by 0004 in its own transaction (SHARE UPDATE
+        # EXCLUSIVE: reads and writes go on). Expand-only rule: docs/operations.md.
+        migrations.SeparateDatabaseAndState(
+            state_operations=[migrations.AddConstraint(
+                model_name='usagerecord',
+                constraint=models.CheckConstraint(condition=models.Q(('failed_gpu_seconds__gte', 0), ('failed_gpu_seconds__lte', django.db.models.expressions.CombinedExpression(models.F('gpus'), '*', models.F('seconds')))), name='usage_failed_within_used'),
+            )],
+            database_operations=[migrations.RunSQL(
+                'ALTER TABLE "billing_usagerecord" ADD CONSTRAINT "usage_failed_within_used" '
+                'CHECK (("failed_gpu_seconds" >= 0 AND "failed_gpu_seconds" <= ("gpus" * "seconds"))) '
+                'NOT VALID',
+                'ALTER TABLE "billing_usagerecord" DROP CONSTRAINT "usage_failed_within_used"',
+            )],
         ),
     ]

@@ -4,6 +4,9 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+    # One statement per transaction: ACCESS EXCLUSIVE on several live tables in one
+    # transaction deadlocks with running code (expand-only rule 4, docs/operations.md).
+    atomic = False
 
     dependencies = [
         ('inventory', '0004_node_hostname_any_case'),

@@ -4,20 +4,25 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+    # One statement per transaction: ACCESS EXCLUSIVE on several live tables in one
+    # transaction deadlocks with running code (expand-only rule 4, docs/operations.md).
+    atomic = False
 
     dependencies = [
         ('tenants', '0005_membership_invitations'),
     ]
 
+    # db_default on both: the previous release's code inserts tenants and memberships
+    # without naming these columns while the upgrade rolls (docs/operations.md).
     operations = [
         migrations.AddField(
             model_name='membership',
             name='source',
-            field=models.CharField(default='local', help_text='local (invitation, admin) or oidc:<issuer> (granted by SSO mapping rules)', max_length=255),
+            field=models.CharField(db_default='local', default='local', help_text='local (invitation, admin) or oidc:<issuer> (granted by SSO mapping rules)', max_length=255),
         ),
         migrations.AddField(
             model_name='tenant',
             name='allow_password_login',
-            field=models.BooleanField(default=True, help_text='off: members sign in through SSO only (staff still can)'),
+            field=models.BooleanField(db_default=True, default=True, help_text='off: members sign in through SSO only (staff still can)'),
         ),
     ]

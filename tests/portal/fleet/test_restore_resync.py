@@ -59,3 +59,48 @@ def test_the_fabric_manager_ahead_of_a_restored_map_gets_it_again(agent_client: 
     resp = agent_client.report(body)
     assert resp.status_code in (200, 202), resp.content
     assert FabricDesiredState.objects.get(name="default").generation == 10
+
+
+@pytest.mark.django_db
+def test_a_node_whose_first_desired_state_came_after_the_backup_gets_an_empty_one(
+        agent_client: Any) -> None:
+    """The restored database has no desired row for the node at all (its first lease was
+    granted after the backup): the agent's grants are revoked by an empty document above
+    its generation, not left in place (found by the restore drill)."""
+    agent_client.enrol()
+    node = Node.objects.get(hostname="gpu-node-01")
+    assert not NodeDesiredState.objects.filter(node=node).exists()
+    resp = agent_client.report(report(agent_client.node_id, 1, telemetry=[sample()],
+                                      generation_applied=7))
+    assert resp.status_code in (200, 202)
+    row = NodeDesiredState.objects.get(node=node)
+    assert row.generation == 8
+    assert row.document["access_grants"] == [] and row.document["partitions"] == []
+    got = agent_client.desired(after=7, wait=0)
+    assert got.status_code == 200 and got.json()["generation"] == 8
+    assert got.json()["access_grants"] == []
+    assert AuditLog.objects.filter(action="fleet.desired_resync").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_fresh_node_at_generation_zero_is_left_alone(agent_client: Any) -> None:
+    agent_client.enrol()
+    node = Node.objects.get(hostname="gpu-node-01")
+    agent_client.report(report(agent_client.node_id, 1, telemetry=[sample()],
+                               generation_applied=0))
+    assert not NodeDesiredState.objects.filter(node=node, generation__gt=0).exists()
+    assert not AuditLog.objects.filter(action="fleet.desired_resync").exists()
+
+
+@pytest.mark.django_db
+def test_a_fabric_manager_without_a_restored_map_gets_an_empty_one(agent_client: Any) -> None:
+    agent_client.enrol(hostname="sm-host", role="fabric")
+    assert not FabricDesiredState.objects.exists()
+    body = {"protocol": 1, "node_id": agent_client.node_id, "seq": 1,
+            "created_at": "2026-12-06T10:00:00+00:00", "agent_version": "0.1.0",
+            "dropped_reports": 0, "telemetry": [],
+            "observed": {"generation_applied": 4, "manager": "fake", "drift": []}}
+    resp = agent_client.report(body)
+    assert resp.status_code in (200, 202), resp.content
+    row = FabricDesiredState.objects.get(name="default")
+    assert row.generation == 5 and row.document["partitions"] == []

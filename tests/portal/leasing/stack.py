@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
 import httpx
@@ -130,7 +130,7 @@ class Stack:
     # --- lifecycle --------------------------------------------------------------------------
     _previous_sigterm: Any = None
 
-    def __enter__(self) -> Stack:
+    def __enter__(self) -> Self:
         self._previous_sigterm = _exit_on_sigterm()
         try:
             self.start()
@@ -191,9 +191,12 @@ class Stack:
         env.update(extra)
         return env
 
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str],
+               cwd: Path = ROOT) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in its own process group (stopped with the stack); ``cwd``: another
+        tree's code (the previous release's agent, tests/upgrade)."""
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
         log.close()
         proc.name = name  # type: ignore[attr-defined]

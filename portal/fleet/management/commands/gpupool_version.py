@@ -1,6 +1,12 @@
-"""``manage.py version [--check]``: the deployed gpupool version, the agent protocol version
-and the schema state (unapplied migrations listed; ``--check`` exits 1 if there are any, so
-a unit's ExecStartPre can refuse to start on a stale schema)."""
+"""``manage.py gpupool_version [--check]`` (``manage.py version`` is routed here by our
+``manage.py``): the deployed gpupool version, the agent protocol version and the schema
+state (unapplied migrations listed; ``--check`` exits 1 if there are any, so a unit's
+ExecStartPre can refuse to start on a stale schema).
+
+Not named ``version``: Django's ``ManagementUtility`` answers the subcommand ``version``
+itself (it prints Django's version and exits 0) before it looks for a command of that name,
+so a ``version`` command ran only under ``call_command`` and ``version --check`` in a unit
+never refused anything (found by tests/upgrade/test_migrate_under_old_code.py)."""
 
 from __future__ import annotations
 
