@@ -126,6 +126,7 @@ def _kwargs(kind: str, w: dict[str, Any]) -> dict[str, Any]:
         "webhook": {"pk": w["webhook"].pk}, "webhook_message": {"pk": w["webhook_message"].pk},
         "endpoint_id": {"endpoint_id": w["webhook"].pk},
         "message_id": {"message_id": w["webhook_message"].pk},
+        "sso_provider": {"name": "no-such-idp"},
     }[kind]
 
 

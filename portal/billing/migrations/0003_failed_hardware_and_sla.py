@@ -5,6 +5,25 @@ from django.conf import settings
 from django.db import migrations, models
 
 
+FAILED_WITHIN_USED = models.CheckConstraint(
+    condition=models.Q(('failed_gpu_seconds__gte', 0), ('failed_gpu_seconds__lte', django.db.models.expressions.CombinedExpression(models.F('gpus'), '*', models.F('seconds')))),
+    name='usage_failed_within_used')
+
+
+def _add_not_valid(apps, schema_editor):
+    """PostgreSQL: NOT VALID (no scan; 0004 validates). Elsewhere (SQLite, the demo): the
+    plain constraint (a small table, nothing else running)."""
+    model = apps.get_model('billing', 'UsageRecord')
+    if schema_editor.connection.vendor == 'postgresql':
+        schema_editor.execute(f"{FAILED_WITHIN_USED.create_sql(model, schema_editor)} NOT VALID")
+    else:
+        schema_editor.add_constraint(model, FAILED_WITHIN_USED)
+
+
+def _drop(apps, schema_editor):
+    schema_editor.remove_constraint(apps.get_model('billing', 'UsageRecord'), FAILED_WITHIN_USED)
+
+
 class Migration(migrations.Migration):
     # One statement per transaction: ACCESS EXCLUSIVE on several live tables in one
     # transaction deadlocks with running code (expand-only rule 4, docs/operations.md).
@@ -47,14 +66,7 @@ class Migration(migrations.Migration):
         # EXCLUSIVE: reads and writes go on). Expand-only rule: docs/operations.md.
         migrations.SeparateDatabaseAndState(
             state_operations=[migrations.AddConstraint(
-                model_name='usagerecord',
-                constraint=models.CheckConstraint(condition=models.Q(('failed_gpu_seconds__gte', 0), ('failed_gpu_seconds__lte', django.db.models.expressions.CombinedExpression(models.F('gpus'), '*', models.F('seconds')))), name='usage_failed_within_used'),
-            )],
-            database_operations=[migrations.RunSQL(
-                'ALTER TABLE "billing_usagerecord" ADD CONSTRAINT "usage_failed_within_used" '
-                'CHECK (("failed_gpu_seconds" >= 0 AND "failed_gpu_seconds" <= ("gpus" * "seconds"))) '
-                'NOT VALID',
-                'ALTER TABLE "billing_usagerecord" DROP CONSTRAINT "usage_failed_within_used"',
-            )],
+                model_name='usagerecord', constraint=FAILED_WITHIN_USED)],
+            database_operations=[migrations.RunPython(_add_not_valid, _drop)],
         ),
     ]
