@@ -3,4 +3,4 @@
 Imports only the stdlib, nvidia-ml-py (``pynvml``), httpx and prometheus-client.
 """
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

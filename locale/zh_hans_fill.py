@@ -215,6 +215,8 @@ ZH.update({
 "Not deleted: %(users)s — %(message)s": "未删除：%(users)s — %(message)s",
 "Enrolment approved.": "注册已批准。", "Enrolment denied.": "注册已拒绝。", "Done.": "完成。",
 "Removed %(member)s.": "已移除 %(member)s。", "any model": "任意型号",
+"The agent of %(node)s is %(version)s and cannot run validation; upgrade it to %(first)s or later, then validate again.": "%(node)s 的代理版本为 %(version)s，无法运行验证；请将其升级到 %(first)s 或更高版本，然后重新验证。",
+"upgrade the agent": "请升级代理",
 })
 PLURAL = {"%(n)s link error": ["%(n)s 个链路错误"]}
 

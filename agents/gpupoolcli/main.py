@@ -12,6 +12,7 @@ import sys
 import click
 from click.shell_completion import get_completion_class
 
+from agents import __version__
 from agents.gpupoolcli.billing import invoice, usage
 from agents.gpupoolcli.config import DEFAULT_PROFILE, Profile, profile_save
 from agents.gpupoolcli.errors import CliError, Exit
@@ -32,7 +33,7 @@ COMPLETE_VAR = "_GPUPOOL_COMPLETE"
 @click.option("--url", envvar="GPUPOOL_URL", default="", help="Portal URL (env GPUPOOL_URL).")
 @click.option("--api-key", envvar="GPUPOOL_API_KEY", default="",
               help="API key (env GPUPOOL_API_KEY).")
-@click.version_option("0.1.0", prog_name="gpupool")
+@click.version_option(__version__, prog_name="gpupool")
 @click.pass_context
 def cli(ctx: click.Context, profile: str, url: str, api_key: str) -> None:
     """Lease GPUs from a gpupool portal."""

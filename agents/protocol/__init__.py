@@ -10,7 +10,8 @@ never on agent code (``.importlinter``: ``portal-imports-only-the-protocol``).
 - ``schema``: the declarative field specs (types, bounds, field paths of problems);
 - ``bodies``: each request body declared once with the portal's storage bounds;
 - ``desired``: the desired-state document as the agent checks it;
-- ``messages``: typed shapes (TypedDict) and the error body of §4.
+- ``messages``: typed shapes (TypedDict) and the error body of §4;
+- ``features``: which agent release understands which newer-only key (N-1 upgrades).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from agents.protocol.bodies import (
     validate_report,
 )
 from agents.protocol.desired import ENV_NAME_RE, ENV_VALUE_RE, validate_desired_state
+from agents.protocol.features import first_release, supports
 from agents.protocol.messages import (
     CredentialRotation,
     EnrolRequest,
@@ -67,6 +69,6 @@ __all__ = [
     "RETRY_AFTER_CODES", "RETRY_AFTER_HEADER", "ROLES", "SERVER_KEEP_ALIVE_S", "TS_MAX",
     "URGENT_PRIORITY", "CredentialRotation",
     "EnrolRequest", "EnrolResponse", "ErrorBody", "IntervalAdvice", "Problem", "ReportAck",
-    "error_body", "interval_advice", "schema", "validate_desired_state", "validate_enrol",
-    "validate_report",
+    "error_body", "first_release", "interval_advice", "schema", "supports",
+    "validate_desired_state", "validate_enrol", "validate_report",
 ]

@@ -95,5 +95,11 @@ def node_back(*, node: Node) -> bool:
                                        to_state=Service.OUT_OF_SERVICE).last()
     if last is None or last.rule != SILENT:
         return False
+    if not validation.agent_can_validate(node):  # an agent of the previous release
+        cause = validation.too_old_message(node)[:300]
+        if node.service_cause != cause:
+            node.service_cause = cause
+            node.save(update_fields=["service_cause"])
+        return False
     validation.validate(part=node, reason="the agent reports again after its silence")
     return True

@@ -18,14 +18,29 @@ from django.db import transaction
 from django.utils.translation import gettext as _
 
 from portal.core import clock
-from portal.core.errors import ApplicationError
-from portal.fleet import lifecycle
+from portal.core.errors import ApplicationError, Conflict
+from portal.fleet import lifecycle, protocol
 from portal.fleet.models import NodeDesiredState, NodeValidation
 from portal.fleet.selectors import pending_validation
 from portal.fleet.services.desired import node_desired_set
 from portal.inventory.models import Gpu, Node, Service
 
 DEFAULT_LEVEL = 2  # after a failure (NVIDIA's DCGM guidance)
+
+
+class AgentTooOld(Conflict):
+    """The node's agent is of a release that cannot run validation (N-1 upgrades)."""
+
+
+def agent_can_validate(node: Node) -> bool:
+    return protocol.supports(node.agent_version, "validation")
+
+
+def too_old_message(node: Node) -> str:
+    return _("The agent of %(node)s is %(version)s and cannot run validation; upgrade it to "
+             "%(first)s or later, then validate again.") % {
+        "node": node.hostname, "version": node.agent_version,
+        "first": protocol.first_release("validation")}
 
 
 def _parts_validating(node: Node) -> list[Node | Gpu]:
@@ -42,9 +57,12 @@ def validate(*, part: Node | Gpu, actor: Any = None, level: int = DEFAULT_LEVEL,
     if level not in (1, 2, 3):
         raise ApplicationError(_("Level must be 1, 2 or 3."), fields={"level": [_("invalid")]})
     locked = lifecycle.lock_node(part) if isinstance(part, Node) else lifecycle.lock_gpu(part)
+    node = locked if isinstance(locked, Node) else locked.node
+    if not agent_can_validate(node):  # it would wait for a result that never comes
+        raise AgentTooOld(too_old_message(node),
+                          fields={"agent_version": [_("upgrade the agent")]})
     lifecycle.transition(locked, Service.VALIDATING, actor=actor,
                          cause=reason or f"validation requested (level {level})")
-    node = locked if isinstance(locked, Node) else locked.node
     run = pending_validation(node)
     if run is None or run.level < level:
         NodeValidation.objects.filter(node=node, finished_at__isnull=True).update(

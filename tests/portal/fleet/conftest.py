@@ -6,6 +6,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from agents import __version__ as AGENT_VERSION
 from portal.core import clock
 from portal.fleet import intervals
 from portal.fleet.services.enrolment import bootstrap_token_create
@@ -29,7 +30,7 @@ class AgentClient:
               inventory: dict[str, Any] | None = None, token: str | None = None) -> Any:
         token = token or bootstrap_token_create(actor=None, role=role, hostname=hostname)[1]
         body = {"protocol": 1, "bootstrap_token": token, "role": role, "hostname": hostname,
-                "agent_version": "0.1.0", "inventory": inventory or {}}
+                "agent_version": AGENT_VERSION, "inventory": inventory or {}}
         resp = self.post(f"{BASE}/enrol", body, credential="")
         if resp.status_code == 201:
             self.node_id, self.credential = resp.json()["node_id"], resp.json()["credential"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from agents import __version__ as AGENT_VERSION
 from portal.inventory.models import Gpu, HcaPort, Node
 
 
@@ -50,7 +51,7 @@ def sample(ts: float | None = None, gpus: list[dict[str, Any]] | None = None,
 def report(node_id: str, seq: int, telemetry: list[dict[str, Any]] | None = None,
            generation_applied: int = 0, **extra: Any) -> dict[str, Any]:
     return {"protocol": 1, "node_id": node_id, "seq": seq,
-            "created_at": "2026-11-29T23:40:00+00:00", "agent_version": "0.1.0",
+            "created_at": "2026-11-29T23:40:00+00:00", "agent_version": AGENT_VERSION,
             "dropped_reports": 0,
             "observed": {"generation_applied": generation_applied, "partitions": []},
             "telemetry": telemetry if telemetry is not None else [sample()], **extra}

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from agents import __version__ as AGENT_VERSION
 from portal.fleet.models import AgentReport, GpuTelemetry
 from portal.fleet.services.enrolment import bootstrap_token_create
 from portal.inventory.models import Node
@@ -143,7 +144,7 @@ def test_agent_api_rejects_nul_and_lone_surrogates(agent: AgentClient) -> None:
     body = report(agent.node_id, 1)
     body["agent_version"] = "0.1\x00"
     assert _problem(agent.report(body), "agent_version").startswith("must not contain NUL")
-    text = json.dumps(report(agent.node_id, 1)).replace("0.1.0", "\\ud800")
+    text = json.dumps(report(agent.node_id, 1)).replace(AGENT_VERSION, "\\ud800")
     assert _problem(agent.report(text), "agent_version").startswith("must not contain NUL")
     body = report(agent.node_id, 1)  # a low surrogate in an unknown key (found by the fuzz)
     body["telemetry"][0]["gpus"][0]["a\udfffb"] = True

@@ -6,6 +6,7 @@ from datetime import timedelta
 
 import pytest
 
+from agents import __version__ as AGENT_VERSION
 from agents import protocol
 from portal.core import clock
 from portal.fleet import selectors, services
@@ -39,7 +40,7 @@ def test_enrol_report_desired_round_trip(agent_client) -> None:
                            "desired_generation": 0, "rotate_credential": False,
                            "heartbeat_interval_s": 10, "long_poll_timeout_s": 30}
     node.refresh_from_db()
-    assert node.last_heartbeat is not None and node.agent_version == "0.1.0"
+    assert node.last_heartbeat is not None and node.agent_version == AGENT_VERSION
     assert GpuTelemetry.objects.filter(node=node).count() == 2
     assert PortTelemetry.objects.get(node=node).state_id == 4
     part = {"name": "tenant_acme", "pkey": "0x0101", "membership": "full", "ipoib": True,
