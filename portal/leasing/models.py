@@ -100,6 +100,10 @@ class Lease(models.Model):
     gpu_model = models.CharField(max_length=32, blank=True, help_text="model placed on")
     gpu_count = models.PositiveIntegerField(default=1, help_text="GPUs per node")
     gpu_milli = models.PositiveIntegerField(default=1000, help_text="<1000: a share of one GPU")
+    mig_profile = models.CharField(
+        max_length=32, blank=True, default="", db_default="",
+        help_text="a MIG profile (1g.10gb …): gpu_count counts instances, gpu_milli is one "
+                  "instance's GPU equivalents (ADR 0222)")
     nodes = models.PositiveIntegerField(default=1, help_text="gang size (nodes)")
     locality = models.CharField(max_length=8, choices=Locality.choices, default=Locality.ANY)
     locality_required = models.BooleanField(default=False)
@@ -211,6 +215,38 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.lease_id} gpu {self.gpu_id}#{self.slot}"
+
+
+class MigInstance(models.Model):
+    """One MIG instance a lease holds: its GPU, profile and start slot (memory slices), and
+    the ``MIG-…`` UUID once the node's agent reports it (ADR 0222).
+
+    The memory slices it covers are held as ``Allocation`` slots (the allocation exclusion
+    constraint keeps two live instances of one GPU off each other's slices, and a whole-GPU
+    lease, which holds all eight, off the GPU); ``allocation`` is its start slot's row,
+    whose ``live`` is the instance's: every way a lease gives up its slots ends it too.
+    """
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="mig_instances")
+    allocation = models.OneToOneField(Allocation, on_delete=models.CASCADE,
+                                      related_name="mig_instance")
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="mig_instances")
+    profile = models.CharField(max_length=32)
+    start = models.PositiveSmallIntegerField(help_text="first memory slice (placement start)")
+    size = models.PositiveSmallIntegerField(help_text="memory slices")
+    uuid = models.CharField(max_length=64, blank=True, default="", help_text="MIG-…")
+    gpu_instance_id = models.PositiveIntegerField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["gpu", "start"]
+        constraints = [
+            models.CheckConstraint(condition=Q(start__lt=SLOTS_PER_GPU) & Q(size__gte=1)
+                                   & Q(size__lte=SLOTS_PER_GPU), name="miginstance_slices"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lease_id} {self.profile}@{self.gpu_id}:{self.start}"
 
 
 class IdempotencyKey(models.Model):

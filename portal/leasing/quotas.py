@@ -42,7 +42,12 @@ def gpus_held(tenant: Tenant, model: str, start: datetime, end: datetime,
         live=True, lease__tenant=tenant, gpu__model=model, start_at__lt=end, end_at__gt=start)
     if exclude_lease is not None:
         slots = slots.exclude(lease_id=exclude_lease)
-    return Decimal(slots.count()) / 8
+    plain = Decimal(slots.filter(lease__mig_profile="").count()) / 8
+    # A MIG lease counts its instances' GPU equivalents, not the memory slices it holds
+    # (ADR 0222): gpu_count instances of gpu_milli each.
+    mig = Lease.objects.filter(pk__in=slots.exclude(lease__mig_profile="").values(
+        "lease_id")).aggregate(milli=Sum(F("gpu_count") * F("gpu_milli")))["milli"] or 0
+    return plain + Decimal(mig) / 1000
 
 
 @dataclass(frozen=True)

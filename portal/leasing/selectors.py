@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from portal.core import clock
 from portal.core.errors import NotFound
 from portal.inventory.models import HcaPort
-from portal.leasing.models import Allocation, Lease, LeaseEvent, Quota
+from portal.leasing.models import Allocation, Lease, LeaseEvent, MigInstance, Quota
 from portal.leasing.quotas import gpus_held, quota_hours_used
 from portal.leasing.states import GRANTING
 from portal.tenants.access import Who, is_staff, require_role, tenants_for
@@ -169,3 +169,22 @@ def lease_faults(*, lease: Lease) -> Any:
     from portal.leasing.models import LeaseFault
 
     return LeaseFault.objects.filter(lease=lease).select_related("node").order_by("fault_at")
+
+
+def mig_devices(lease: Lease) -> list[dict[str, Any]]:
+    """The lease's live MIG instances (all, once it ended), in GPU and slot order."""
+    rows = MigInstance.objects.filter(lease=lease)
+    if rows.filter(allocation__live=True).exists():
+        rows = rows.filter(allocation__live=True)
+    return [{"node": hostname, "gpu_index": index, "profile": profile, "start": start,
+             "uuid": uuid}
+            for hostname, index, profile, start, uuid in rows.order_by(
+                "gpu__node__hostname", "gpu__index", "start").values_list(
+                "gpu__node__hostname", "gpu__index", "profile", "start", "uuid")]
+
+
+def cuda_visible_devices(devices: list[dict[str, Any]]) -> str | None:
+    """``CUDA_VISIBLE_DEVICES`` for these MIG devices, once every UUID is known."""
+    if not devices or not all(d["uuid"] for d in devices):
+        return None
+    return ",".join(d["uuid"] for d in devices)

@@ -1,0 +1,169 @@
+"""Issue 28 on the portal: MIG instances ordered, placed at valid starts, shared across
+tenants, reported with their MIG-… UUIDs, released, and never mixed with whole GPUs."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from portal.core.errors import ApplicationError
+from portal.inventory.generator import ClusterSpec, cluster_generate
+from portal.inventory.models import Gpu, MigMode, Node
+from portal.leasing import services
+from portal.leasing.models import Allocation, Lease, MigInstance
+from portal.leasing.models import LeaseState as S
+from portal.leasing.selectors import cuda_visible_devices, mig_devices
+from portal.tenants.models import Role
+from portal.web.waits import lease_wait
+from tests.portal.factories import add_member, make_tenant
+from tests.portal.leasing.conftest import drive
+
+H100_1G = {0, 1, 2, 3, 4, 5, 6}
+
+
+@pytest.fixture
+def mig_pool(db: Any, frozen_clock: Any) -> dict[str, Any]:
+    """One H100 node × 8 GPUs, whole-GPU mode; only GPU 0 offered for MIG (dynamic)."""
+    cluster_generate(actor=None, spec=ClusterSpec(nodes=1, gpus_per_node=8, nodes_per_leaf=1,
+                                                  spines=1, model="H100"))
+    node = Node.objects.get()
+    Gpu.objects.filter(node=node, index=0).update(mig_mode=MigMode.DYNAMIC)
+    people = {}
+    for n in range(9):
+        tenant = make_tenant(f"t{n}")
+        people[n] = add_member(tenant, f"u{n}", Role.MEMBER)
+        people[f"t{n}"] = tenant
+    return people
+
+
+def order(pool: dict[str, Any], n: int, profile: str = "1g.10gb", **kw: Any) -> Lease:
+    spec = services.OrderSpec(**{"models": ["H100"], "mig_profile": profile, "gpu_count": 1,
+                                 "duration_hours": Decimal(2), **kw})
+    return services.order_create(actor=pool[n], tenant=pool[f"t{n}"], spec=spec)
+
+
+def layout(gpu_index: int = 0) -> list[tuple[int, int]]:
+    """(start, size) of the live instances on the GPU."""
+    return sorted(MigInstance.objects.filter(gpu__index=gpu_index, allocation__live=True)
+                  .values_list("start", "size"))
+
+
+def test_seven_tenants_share_one_h100_and_an_eighth_waits(mig_pool: dict[str, Any]) -> None:
+    leases = [order(mig_pool, n) for n in range(7)]
+    drive()
+    uuids = set()
+    for lease in leases:
+        lease.refresh_from_db()
+        assert lease.state == S.ACTIVE, lease.state
+        devices = mig_devices(lease)
+        assert len(devices) == 1 and devices[0]["gpu_index"] == 0
+        assert devices[0]["uuid"].startswith("MIG-")
+        assert cuda_visible_devices(devices) == devices[0]["uuid"]
+        uuids.add(devices[0]["uuid"])
+        assert lease.total_gpus == pytest.approx(0.142)  # 1/7 of a GPU (ADR 0222)
+    assert len(uuids) == 7
+    assert {start for start, _ in layout()} == H100_1G  # every valid 1g start, never 7
+    eighth = order(mig_pool, 7)
+    drive()
+    eighth.refresh_from_db()
+    assert eighth.state == S.QUEUED and eighth.wait_reason == "mig_full"
+    assert "no free slices at a valid placement" in lease_wait(eighth)
+    # No whole-GPU work lands on the MIG GPU: an 8-GPU order waits (GPU 0 is not offered).
+    whole = services.order_create(actor=mig_pool[8], tenant=mig_pool["t8"], spec=services.
+                                  OrderSpec(models=["H100"], gpu_count=8,
+                                            duration_hours=Decimal(1)))
+    drive()
+    whole.refresh_from_db()
+    assert whole.state == S.QUEUED
+    seven = services.order_create(actor=mig_pool[8], tenant=mig_pool["t8"], spec=services.
+                                  OrderSpec(models=["H100"], gpu_count=7,
+                                            duration_hours=Decimal(1)))
+    drive()
+    seven.refresh_from_db()
+    assert seven.state == S.ACTIVE
+    assert 0 not in set(Allocation.objects.filter(lease=seven).values_list("gpu__index",
+                                                                           flat=True))
+
+
+def test_after_four_release_a_3g_is_placed_at_a_valid_slot(mig_pool: dict[str, Any]) -> None:
+    leases = [order(mig_pool, n) for n in range(7)]
+    drive()
+    by_start = {MigInstance.objects.get(lease=lease).start: lease for lease in leases}
+    for start in (0, 1, 2, 3):  # frees the 3g.40gb placement at slot 0
+        services.lease_release(actor=mig_pool[leases.index(by_start[start])],
+                               lease=by_start[start])
+    drive()
+    big = order(mig_pool, 7, "3g.40gb")
+    drive()
+    big.refresh_from_db()
+    assert big.state == S.ACTIVE
+    inst = MigInstance.objects.get(lease=big)
+    assert (inst.profile, inst.start, inst.size) == ("3g.40gb", 0, 4)
+    assert layout() == [(0, 4), (4, 1), (5, 1), (6, 1)]
+    assert big.total_gpus == 0.5
+
+
+def test_a_3g_waits_while_no_valid_placement_is_free(mig_pool: dict[str, Any]) -> None:
+    """Four slices free but not at a 3g.40gb placement: it waits; once there is one, it goes."""
+    leases = [order(mig_pool, n) for n in range(7)]
+    drive()
+    by_start = {MigInstance.objects.get(lease=lease).start: lease for lease in leases}
+    for start in (0, 2, 4, 6):  # slices 0, 2, 4, 6 and 7 free: no 4-slice run at 0 or 4
+        services.lease_release(actor=mig_pool[leases.index(by_start[start])],
+                               lease=by_start[start])
+    drive()
+    big = order(mig_pool, 7, "3g.40gb")
+    drive()
+    big.refresh_from_db()
+    assert big.state == S.QUEUED and big.wait_reason == "mig_full"
+    services.lease_release(actor=mig_pool[leases.index(by_start[5])], lease=by_start[5])
+    drive()
+    big.refresh_from_db()
+    assert big.state == S.ACTIVE and MigInstance.objects.get(lease=big).start == 4
+
+
+def test_instances_of_one_order_stay_on_one_node(mig_pool: dict[str, Any]) -> None:
+    lease = order(mig_pool, 0, gpu_count=3)
+    drive()
+    lease.refresh_from_db()
+    assert lease.state == S.ACTIVE
+    devices = mig_devices(lease)
+    assert len(devices) == 3 and len({d["node"] for d in devices}) == 1
+    assert cuda_visible_devices(devices) == ",".join(d["uuid"] for d in devices)
+
+
+@pytest.mark.parametrize(("kw", "field"), [
+    ({"mig_profile": "9g.99gb"}, "mig_profile"),
+    ({"mig_profile": "1g.18gb"}, "mig_profile"),  # an H200 profile, ordered on H100
+    ({"gpu_milli": 500}, "gpu_milli"),
+    ({"nodes": 2}, "nodes"),
+    ({"gpu_count": 10_000}, "gpu_count"),
+])
+def test_bad_mig_orders_name_the_field(mig_pool: dict[str, Any], kw: dict[str, Any],
+                                       field: str) -> None:
+    with pytest.raises(ApplicationError) as err:
+        order(mig_pool, 0, **kw)
+    assert field in err.value.fields
+
+
+def test_no_mig_gpu_offered_is_refused_naming_the_profile(mig_pool: dict[str, Any]) -> None:
+    Gpu.objects.update(mig_mode="")
+    with pytest.raises(ApplicationError) as err:
+        order(mig_pool, 0)
+    assert "mig_profile" in err.value.fields
+
+
+def test_mig_never_goes_on_a_gpu_used_whole(mig_pool: dict[str, Any]) -> None:
+    Gpu.objects.update(mig_mode=MigMode.DYNAMIC)
+    whole = services.order_create(actor=mig_pool[8], tenant=mig_pool["t8"], spec=services.
+                                  OrderSpec(models=["H100"], gpu_count=8,
+                                            duration_hours=Decimal(1)))
+    drive()
+    whole.refresh_from_db()
+    assert whole.state == S.ACTIVE
+    lease = order(mig_pool, 0)
+    drive()
+    lease.refresh_from_db()
+    assert lease.state == S.QUEUED and lease.wait_reason == "mig_none"
