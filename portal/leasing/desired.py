@@ -68,13 +68,17 @@ def _mig_of(row: Allocation) -> MigInstance | None:
 
 def _mig_layout(node: Node) -> list[dict[str, Any]]:
     """Per GPU of the node that MIG may use (its mode dynamic, or instances on it): the
-    live instances it must hold (ADR 0222); [] tells the agent to destroy idle ones."""
+    instances of granting leases it must hold (ADR 0222); a releasing lease's instance is
+    left out, so the agent destroys it once its grant is torn down, and the teardown is
+    observed only then. [] tells the agent to destroy idle ones."""
     instances: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for index, profile, start in MigInstance.objects.filter(
+    managed: set[int] = set()
+    for index, profile, start, state in MigInstance.objects.filter(
             gpu__node=node, allocation__live=True).order_by("gpu__index", "start").values_list(
-            "gpu__index", "profile", "start"):
-        instances[index].append({"profile": profile, "start": start})
-    managed = set(instances)
+            "gpu__index", "profile", "start", "lease__state"):
+        managed.add(index)
+        if state in GRANTING:
+            instances[index].append({"profile": profile, "start": start})
     for index, own in node.gpus.values_list("index", "mig_mode"):
         if (own or node.mig_mode) == MigMode.DYNAMIC:
             managed.add(index)
