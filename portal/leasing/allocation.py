@@ -329,6 +329,13 @@ def forget_cache() -> None:
 
 
 def to_request(lease: Lease, now: datetime) -> core.Request:
+    """The core's request for ``lease``; a MIG lease (never placed by the core) only for
+    its place in the queue, as one GPU (ADR 0222)."""
+    if lease.mig_profile:
+        lease = Lease(id=lease.id, tenant=lease.tenant, priority=lease.priority,
+                      allowed_models=lease.allowed_models, start_at=lease.start_at,
+                      end_at=lease.end_at, created=lease.created,
+                      queue_boost=lease.queue_boost)
     locality = None
     if lease.locality in LOCALITY:
         locality = core.Locality(level=LOCALITY[lease.locality], required=lease.locality_required)
@@ -358,6 +365,8 @@ def preview(lease: Lease, now: datetime) -> core.Quote:
 
 
 def extension(lease: Lease, new_end: datetime) -> core.ExtensionResult:
+    if lease.mig_profile:  # its slices are reserved by nobody else: MIG starts now only
+        return core.ExtensionResult(ok=True, longest_end=None)
     return core.check_extension(snapshot(), str(lease.id), int(new_end.timestamp()))
 
 
@@ -384,7 +393,10 @@ def replacement(lease: Lease, *, count: int, same_node: str | None,
     placement promise: ``same_node`` (a GPU fault: a healthy GPU beside the others), or
     one node outside ``exclude`` (the lease's nodes) under one of ``leaves`` (a
     leaf-placed gang keeps its leaf; None: anywhere). The core decides on the snapshot of
-    now with every other node cordoned; None when nothing fits now."""
+    now with every other node cordoned; None when nothing fits now. A MIG lease is not
+    replaced (not built: it is left degraded, ADR 0222)."""
+    if lease.mig_profile:
+        return None
     snap = snapshot()
     topology = snap.topology
 

@@ -199,6 +199,11 @@ class Allocation(models.Model):
     start_at = models.DateTimeField()
     end_at = models.DateTimeField()
     live = models.BooleanField(default=True)
+    mig = models.BooleanField(
+        default=False, db_default=False,
+        help_text="a memory slice of a MIG instance (ADR 0222): on PostgreSQL an exclusion "
+                  "constraint (migration 0010) keeps MIG and whole/fractional slots of one GPU "
+                  "from overlapping in time")
     released_generation = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="freed before its teardown was observed: the node's "
         "desired generation that removed its grant; fenced until applied (ADR 0104)")

@@ -75,6 +75,6 @@ def _write(lease: Lease, picks: tuple[allocation.MigPick, ...], start: datetime,
         size = allocation.mig_slices(pick.model, pick.profile)
         rows = Allocation.objects.bulk_create(
             Allocation(lease=lease, gpu=gpu, node_id=gpu.node_id, slot=slot, start_at=start,
-                       end_at=end) for slot in range(pick.start, pick.start + size))
+                       end_at=end, mig=True) for slot in range(pick.start, pick.start + size))
         MigInstance.objects.create(lease=lease, allocation=rows[0], gpu=gpu,
                                    profile=pick.profile, start=pick.start, size=size)

@@ -3,10 +3,13 @@ tenants, reported with their MIG-… UUIDs, released, and never mixed with whole
 
 from __future__ import annotations
 
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.test import Client
+from django.urls import reverse
 
 from portal.core.errors import ApplicationError
 from portal.inventory.generator import ClusterSpec, cluster_generate
@@ -17,7 +20,7 @@ from portal.leasing.models import LeaseState as S
 from portal.leasing.selectors import cuda_visible_devices, mig_devices
 from portal.tenants.models import Role
 from portal.web.waits import lease_wait
-from tests.portal.factories import add_member, make_tenant
+from tests.portal.factories import add_member, client_for, make_tenant
 from tests.portal.leasing.conftest import drive
 
 H100_1G = {0, 1, 2, 3, 4, 5, 6}
@@ -167,3 +170,92 @@ def test_mig_never_goes_on_a_gpu_used_whole(mig_pool: dict[str, Any]) -> None:
     drive()
     lease.refresh_from_db()
     assert lease.state == S.QUEUED and lease.wait_reason == "mig_none"
+
+
+def test_the_api_orders_mig_and_shows_devices_and_cuda_visible_devices(
+        mig_pool: dict[str, Any]) -> None:
+    client = client_for(mig_pool[0])
+    quote = client.post(reverse("order-quote"), {"models": ["H100"], "mig_profile": "3g.40gb",
+                                                 "duration_hours": 2}, format="json")
+    assert quote.status_code == 200, quote.content
+    answer = quote.json()
+    assert answer["placeable_now"] is True and answer["model"] == "H100"
+    # half a GPU (3 of 7 compute, 4 of 8 memory slices) for two hours
+    assert Decimal(answer["price"]) == Decimal(answer["unit_price"]) * Decimal("0.5") * 2
+    response = client.post(reverse("order-create"), {"models": ["H100"],
+                                                     "mig_profile": "1g.10gb", "gpu_count": 2,
+                                                     "duration_hours": 2}, format="json")
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["mig_profile"] == "1g.10gb" and body["gpu_milli"] == 142
+    assert body["devices"] == [] and body["cuda_visible_devices"] is None
+    drive()
+    detail = client.get(reverse("lease-detail", kwargs={"pk": body["id"]})).json()
+    assert detail["state"] == "active" and len(detail["devices"]) == 2
+    uuids = [d["uuid"] for d in detail["devices"]]
+    assert all(u.startswith("MIG-") for u in uuids)
+    assert detail["cuda_visible_devices"] == ",".join(uuids)
+    assert {d["gpu_index"] for d in detail["devices"]} == {0}
+    web = Client()
+    web.force_login(mig_pool[0])
+    page = web.get(reverse("web:lease", kwargs={"lease_id": body["id"]})).content.decode()
+    assert all(u in page for u in uuids)
+    assert f"export CUDA_VISIBLE_DEVICES={','.join(uuids)}" in page
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ({"mig_profile": "1g.10gb", "gpu_milli": 250}, "gpu_milli"),
+    ({"mig_profile": "banana"}, "mig_profile"),
+    ({"mig_profile": 7}, "mig_profile"),
+    ({"mig_profile": "x" * 40}, "mig_profile"),
+    ({"mig_profile": "1g.10gb", "nodes": 2}, "nodes"),
+    ({"mig_profile": "1g.10gb", "models": ["H200"]}, "mig_profile"),
+])
+def test_the_api_refuses_bad_mig_orders_naming_the_field(mig_pool: dict[str, Any],
+                                                         body: dict[str, Any],
+                                                         field: str) -> None:
+    for route in ("order-create", "order-quote"):
+        response = client_for(mig_pool[0]).post(
+            reverse(route), {"models": ["H100"], "duration_hours": 2, **body}, format="json")
+        assert response.status_code == 400, response.content
+        assert field in response.json()["fields"], response.json()
+    assert not Lease.objects.exists()
+
+
+def test_a_waiting_mig_order_has_a_queue_place_and_a_running_one_extends(
+        mig_pool: dict[str, Any]) -> None:
+    leases = [order(mig_pool, n, gpu_count=1 if n else 3) for n in range(5)]  # 3 + 4 = 7
+    drive()
+    waiting = order(mig_pool, 6, gpu_count=2)  # the GPU is full
+    drive()
+    response = client_for(mig_pool[6]).get(reverse("lease-detail", kwargs={"pk": waiting.pk}))
+    assert response.status_code == 200 and response.json()["queue_position"] == 1
+    first = leases[0]
+    first.refresh_from_db()
+    services.lease_extend(actor=mig_pool[0], lease=first,
+                          end_at=first.end_at + timedelta(hours=3))
+    first.refresh_from_db()
+    assert first.end_at == first.start_at + timedelta(hours=5)
+
+
+@pytest.mark.services("postgres")
+def test_the_database_refuses_mig_slices_beside_a_fraction(mig_pool: dict[str, Any]) -> None:
+    """The backstop (migration 0010): even a writer that skipped every check cannot put a
+    MIG slice and a time-sliced fraction's slot on one GPU at the same time."""
+    from django.db import IntegrityError, transaction
+
+    from portal.core import clock
+
+    lease = order(mig_pool, 0)
+    drive()
+    mine = Allocation.objects.get(lease=lease)
+    now = clock.now()
+    other = Lease.objects.create(tenant=mig_pool["t1"], allowed_models=["H100"], gpu_milli=125,
+                                 start_at=now, end_at=now + timedelta(hours=1))
+    free = next(s for s in range(8) if s != mine.slot)
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Allocation.objects.create(lease=other, gpu=mine.gpu, node=mine.node, slot=free,
+                                  start_at=now, end_at=now + timedelta(hours=1))
+    later = mine.end_at + timedelta(minutes=1)  # after the instance: allowed
+    Allocation.objects.create(lease=other, gpu=mine.gpu, node=mine.node, slot=free,
+                              start_at=later, end_at=later + timedelta(hours=1))
