@@ -193,6 +193,10 @@ ZH.update({
 "Start slice": "起始切片",
 "The MIG device UUIDs appear once the node has created the instances.": "节点创建实例后，这里将显示 MIG 设备的 UUID。",
 "%(hours)s instance-hours": "%(hours)s 实例小时",
+"MIG instance": "MIG 实例",
+"An isolated slice of one GPU (MIG); GPUs per node then counts instances, all on one node.": "一块 GPU 的隔离切片（MIG）；此时“每节点 GPU 数”表示实例数，且全部位于同一节点。",
+"No: whole GPUs or a share": "否：整块 GPU 或份额",
+"%(profile)s (%(free)s free now)": "%(profile)s（当前空闲 %(free)s 个）",
 })
 
 # Membership, invitations, revocation, rate limits (docs/security.md).

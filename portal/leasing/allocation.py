@@ -497,3 +497,18 @@ def mig_capable(models: Iterable[str]) -> bool:
     return any(migplace.usable(g, frozenset(models)) or (g.model in models and g.mode ==
                migplace.DYNAMIC and bool(migplace.profiles_of(g.model)))
                for g in _mig_gpus(clock.now()))
+
+
+def mig_free_now(models: Iterable[str], profiles: Iterable[str], now: datetime,
+                 cap: int) -> dict[str, int]:
+    """Per profile, how many instances (one order each, up to ``cap``) the pool could take
+    now; the pool read once."""
+    gpus = _mig_gpus(now)
+    out: dict[str, int] = {}
+    for profile in profiles:
+        wanted = frozenset(m for m in models if profile in migplace.profiles_of(m))
+        requests = [migplace.MigRequest(id=str(i), profile=profile, count=1, models=wanted)
+                    for i in range(cap if wanted else 0)]
+        out[profile] = sum(1 for r in migplace.schedule(gpus, requests).values()
+                           if not isinstance(r, migplace.MigWait))
+    return out

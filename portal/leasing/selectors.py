@@ -188,3 +188,15 @@ def cuda_visible_devices(devices: list[dict[str, Any]]) -> str | None:
     if not devices or not all(d["uuid"] for d in devices):
         return None
     return ",".join(d["uuid"] for d in devices)
+
+
+def mig_offer(*, models: list[str], cap: int = 56) -> list[dict[str, Any]]:
+    """The MIG profiles of ``models`` with how many instances of each could be placed now
+    (``free_now``, counted up to ``cap``): what the order page offers (ADR 0222)."""
+    from portal.core import clock
+    from portal.leasing import allocation
+
+    profiles = sorted({p for m in models for p in allocation.mig_profiles(m)},
+                      key=lambda p: (int(p.split("g", 1)[0]), p))
+    free = allocation.mig_free_now(models, profiles, clock.now(), cap) if profiles else {}
+    return [{"profile": p, "free_now": free[p]} for p in profiles]

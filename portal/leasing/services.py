@@ -122,7 +122,7 @@ def _check_mig_shape(spec: OrderSpec) -> None:
                                   "leave gpu_milli out."))
     if not isinstance(spec.nodes, int) or spec.nodes != 1:
         raise _err("nodes", _("MIG instances are ordered on one node."))
-    most = MAX_GPUS_PER_NODE * 7
+    most = limits.MAX_MIG_INSTANCES_PER_NODE
     if not isinstance(spec.gpu_count, int) or not 1 <= spec.gpu_count <= most:
         raise _err("gpu_count", _("Between 1 and %(max)s MIG instances.") % {"max": most})
     if spec.locality not in Locality.values:

@@ -8,7 +8,12 @@ from rest_framework import serializers
 
 from portal.core.api.serializers import StrictSerializer
 from portal.leasing import selectors
-from portal.leasing.limits import MAX_DURATION_HOURS, MAX_GPUS_PER_NODE, MAX_NODES
+from portal.leasing.limits import (
+    MAX_DURATION_HOURS,
+    MAX_GPUS_PER_NODE,
+    MAX_MIG_INSTANCES_PER_NODE,
+    MAX_NODES,
+)
 from portal.leasing.models import Lease, LeaseEvent, LeaseFault, Locality, Priority
 
 
@@ -18,7 +23,7 @@ class OrderSerializer(StrictSerializer):
     models = serializers.ListField(child=serializers.CharField(max_length=32), required=False,
                                    default=list, max_length=16,
                                    help_text="acceptable models; empty = any")
-    gpu_count = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_NODE * 7,
+    gpu_count = serializers.IntegerField(min_value=1, max_value=MAX_MIG_INSTANCES_PER_NODE,
                                          default=1,
                                          help_text="GPUs per node (at most "
                                                    f"{MAX_GPUS_PER_NODE}); with mig_profile: "

@@ -259,3 +259,40 @@ def test_the_database_refuses_mig_slices_beside_a_fraction(mig_pool: dict[str, A
     later = mine.end_at + timedelta(minutes=1)  # after the instance: allowed
     Allocation.objects.create(lease=other, gpu=mine.gpu, node=mine.node, slot=free,
                               start_at=later, end_at=later + timedelta(hours=1))
+
+
+def test_the_order_page_offers_profiles_with_live_availability(
+        mig_pool: dict[str, Any]) -> None:
+    from portal.leasing.selectors import mig_offer
+
+    offer = {o["profile"]: o["free_now"] for o in mig_offer(models=["H100"])}
+    assert offer == {"1g.10gb": 7, "1g.20gb": 4, "2g.20gb": 3, "3g.40gb": 2, "4g.40gb": 1,
+                     "7g.80gb": 1}
+    order(mig_pool, 0, "3g.40gb")
+    drive()
+    offer = {o["profile"]: o["free_now"] for o in mig_offer(models=["H100"])}
+    assert offer["7g.80gb"] == 0 and offer["3g.40gb"] == 1 and offer["1g.10gb"] == 4
+    web = Client()
+    web.force_login(mig_pool[1])
+    page = web.get(reverse("web:order")).content.decode()
+    assert "1g.10gb (4 free now)" in page and "7g.80gb (0 free now)" in page
+    response = web.post(reverse("web:order"), {
+        "models": ["H100"], "gpu_count": 2, "gpu_milli": 1000, "mig_profile": "1g.10gb",
+        "nodes": 1, "locality": "any", "priority": "on_demand", "start": "now",
+        "duration_hours": "2", "idempotency_key": "k1"})
+    assert response.status_code == 302, response.content.decode()[:2000]
+    lease = Lease.objects.get(tenant=mig_pool["t1"])
+    assert lease.mig_profile == "1g.10gb" and lease.gpu_count == 2
+
+
+def test_the_mig_strings_are_in_chinese() -> None:
+    from django.utils import translation
+
+    from portal.web.waits import sentence
+
+    with translation.override("zh-hans"):
+        text = sentence("mig_full", gpus=1, models="H100", earliest=None)
+        assert "所有可用于 MIG 的 H100 GPU 均已占满" in text
+        assert translation.gettext("MIG devices") == "MIG 设备"
+        assert translation.gettext("MIG instances are ordered on one node.") != \
+            "MIG instances are ordered on one node."
