@@ -493,10 +493,11 @@ def mig_preview(lease: Lease, now: datetime) -> tuple[migplace.MigPick, ...] | m
 
 
 def mig_capable(models: Iterable[str]) -> bool:
-    """Does any GPU of ``models`` run MIG on demand (mode dynamic, a MIG model)?"""
-    return any(migplace.usable(g, frozenset(models)) or (g.model in models and g.mode ==
-               migplace.DYNAMIC and bool(migplace.profiles_of(g.model)))
-               for g in _mig_gpus(clock.now()))
+    """Does any GPU of ``models`` run MIG on demand (mode dynamic, a MIG model)? Busy or
+    unhealthy ones count: the order is accepted and waits (``mig_none``)."""
+    wanted = set(models)
+    return any(g.model in wanted and g.mode == migplace.DYNAMIC
+               and bool(migplace.profiles_of(g.model)) for g in _mig_gpus(clock.now()))
 
 
 def mig_free_now(models: Iterable[str], profiles: Iterable[str], now: datetime,

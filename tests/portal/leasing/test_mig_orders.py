@@ -296,3 +296,21 @@ def test_the_mig_strings_are_in_chinese() -> None:
         assert translation.gettext("MIG devices") == "MIG 设备"
         assert translation.gettext("MIG instances are ordered on one node.") != \
             "MIG instances are ordered on one node."
+
+
+def test_quotas_count_instances_in_gpu_equivalents(mig_pool: dict[str, Any]) -> None:
+    """Seven 1g.10gb are 0.994 GPU (not 7 GPUs, nor the 7/8 of their memory slices): they
+    fit a quota of one GPU; one more instance does not, and the refusal names gpu_count."""
+    from portal.leasing.models import Quota
+    from portal.leasing.quotas import gpus_held
+
+    Quota.objects.create(tenant=mig_pool["t0"], gpu_model="H100", max_gpus=1)
+    lease = order(mig_pool, 0, gpu_count=7)
+    drive()
+    lease.refresh_from_db()
+    assert lease.state == S.ACTIVE
+    assert gpus_held(mig_pool["t0"], "H100", lease.start_at, lease.end_at) == Decimal("0.994")
+    Gpu.objects.filter(index=1).update(mig_mode=MigMode.DYNAMIC)  # room, but no quota
+    with pytest.raises(ApplicationError) as err:
+        order(mig_pool, 0)
+    assert "gpu_count" in err.value.fields
