@@ -60,6 +60,8 @@ class MigApplier:
         errors: list[dict[str, str]] = []
         for index, wanted in sorted(layout.items()):
             result = mig.reconcile(self.api, index, wanted)
+            if not wanted and result.mode == "enabled" and not result.instances:
+                result.mode = self._whole_again(index)
             self.results[index] = result
             for text in result.errors:
                 errors.append({"item": f"mig/{index}", "message": text})
@@ -68,6 +70,16 @@ class MigApplier:
         for index in set(self.results) - set(layout):
             del self.results[index]
         return errors
+
+    def _whole_again(self, index: int) -> str:
+        """A managed GPU left with no instances goes back to whole use (MIG mode off), so a
+        whole-GPU lease the portal may place there sees a GPU (ADR 0222); ``disabled``,
+        or ``pending_reset`` when the change waits for a GPU reset."""
+        handle = self.api.nvmlDeviceGetHandleByIndex(index)
+        disable = int(self.api.NVML_DEVICE_MIG_DISABLE)
+        status = int(self.api.nvmlDeviceSetMigMode(handle, disable))
+        current = int(self.api.nvmlDeviceGetMigMode(handle)[0])
+        return "disabled" if status == 0 and current == disable else "pending_reset"
 
     def converged(self) -> bool:
         """Every managed GPU holds exactly its desired instances."""

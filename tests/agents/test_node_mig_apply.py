@@ -105,3 +105,13 @@ def test_the_validator_refuses_a_bad_layout() -> None:
     bad["mig"][0]["instances"][0] = {"profile": "rm -rf", "start": 9}
     fields = {p["field"] for p in protocol.validate_desired_state(bad, "node")}
     assert fields == {"mig[0].instances[0].profile", "mig[0].instances[0].start"}
+
+
+def test_a_gpu_left_without_instances_goes_back_to_whole_use(tmp_path: Path) -> None:
+    applier, api, _ = _node(tmp_path)
+    applier.apply(_desired(1, [0]))
+    assert api.gpus[0].mig_mode == 1
+    applier.apply(_desired(2, []))
+    assert api.gpus[0].mig_mode == 0  # a whole-GPU lease placed here sees the GPU
+    assert applier.errors == [] and applier.converged()
+    assert applier.observed()["mig"][0]["mode"] == "disabled"
