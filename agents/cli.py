@@ -24,6 +24,7 @@ from agents.node.apply import NodeApplier
 from agents.node.cleaning import GpuCleaner
 from agents.node.dcgm import DcgmRunner
 from agents.node.ipoib import IpLinkIpoib, IpoibManager, SysfsIpoib
+from agents.node.migapply import MigApplier
 from agents.node.validate import NodeValidator
 from agents.nvml import binding
 from agents.nvml.collector import NvmlCollector
@@ -121,7 +122,8 @@ def build_applier(hw: dict[str, Any], sampler: Sampler, api: Any) -> NodeApplier
     return NodeApplier(sampler.ib, FileAccess(hw["access_root"], host=host),
                        managers.get(hw["ipoib"]), hw["ipoib_parent"],
                        cleaner=GpuCleaner(api, host),
-                       validator=build_validator(hw, sampler, host))  # fmt: skip
+                       validator=build_validator(hw, sampler, host),
+                       mig=MigApplier(api, host) if api is not None else None)  # fmt: skip
 
 
 def build_validator(hw: dict[str, Any], sampler: Sampler, host: Any) -> NodeValidator:

@@ -178,6 +178,27 @@ ZH.update({
 "Each row is a host that presented a valid bootstrap token for a name whose agent is already enrolled. Approving it replaces that agent's identity (its credentials are revoked) when the host next retries; denying it keeps the current agent.": "每一行是一台主机：它出示了有效的引导令牌，但该主机名的代理已经注册。批准后，该主机下次重试时将替换现有代理的身份（其凭据被吊销）；拒绝则保留当前代理。",
 })
 
+# MIG orders, waits, devices and invoice lines (issue 28, ADR 0222).
+ZH.update({
+"Not a MIG profile of %(models)s; one of: %(profiles)s.": "不是 %(models)s 的 MIG 配置；可选：%(profiles)s。",
+"A MIG instance is not combined with a time-sliced fraction; leave gpu_milli out.": "MIG 实例不能与时间分片的 GPU 份额组合；请不要填写 gpu_milli。",
+"MIG instances are ordered on one node.": "MIG 实例只能在一个节点上订购。",
+"Between 1 and %(max)s MIG instances.": "MIG 实例数须在 1 到 %(max)s 之间。",
+"No %(models)s GPU of the pool is offered for MIG instances.": "资源池中没有可用于 MIG 实例的 %(models)s GPU。",
+"MIG instances start now; leave start_at out.": "MIG 实例立即开始；请不要填写 start_at。",
+"No %(models)s GPU of the pool is offered for MIG instances right now (all are whole-GPU only, busy whole or out of service).": "资源池中目前没有可用于 MIG 实例的 %(models)s GPU（均为仅整卡模式、正被整卡使用或已停止服务）。",
+"Every %(models)s GPU offered for MIG is full: no free slices at a valid placement for this profile; it starts when instances are released.": "所有可用于 MIG 的 %(models)s GPU 均已占满：此配置在任何有效放置位置都没有空闲切片；有实例释放后即开始。",
+"MIG %(profile)s": "MIG %(profile)s",
+"MIG devices": "MIG 设备",
+"Start slice": "起始切片",
+"The MIG device UUIDs appear once the node has created the instances.": "节点创建实例后，这里将显示 MIG 设备的 UUID。",
+"%(hours)s instance-hours": "%(hours)s 实例小时",
+"MIG instance": "MIG 实例",
+"An isolated slice of one GPU (MIG); GPUs per node then counts instances, all on one node.": "一块 GPU 的隔离切片（MIG）；此时“每节点 GPU 数”表示实例数，且全部位于同一节点。",
+"No: whole GPUs or a share": "否：整块 GPU 或份额",
+"%(profile)s (%(free)s free now)": "%(profile)s（当前空闲 %(free)s 个）",
+})
+
 # Membership, invitations, revocation, rate limits (docs/security.md).
 ZH.update({
 "[gpupool] You are invited to %(tenant)s": "[gpupool] 您受邀加入 %(tenant)s",

@@ -11,6 +11,7 @@ agent can report the moment it converges.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -20,6 +21,7 @@ from typing import Any
 from agents.node.access import AccessManager, Grant
 from agents.node.cleaning import GpuCleaner
 from agents.node.ipoib import IpoibManager
+from agents.node.migapply import Device, MigApplier, devices_from_wire, layout_from_wire
 from agents.node.partitions import check_partitions
 from agents.node.validate import NodeValidator
 from agents.sysfs.infiniband import IbDevice, InfinibandCollector
@@ -32,9 +34,12 @@ class NodeApplier:
                  ipoib: IpoibManager | None = None, ipoib_parent: str = "ib0",
                  cleaner: GpuCleaner | None = None,
                  wall: Callable[[], float] = time.time,
-                 validator: NodeValidator | None = None) -> None:  # fmt: skip
+                 validator: NodeValidator | None = None,
+                 mig: MigApplier | None = None) -> None:  # fmt: skip
         self.ib, self.access, self.ipoib, self.ipoib_parent = ib, access, ipoib, ipoib_parent
-        self.cleaner, self.wall, self.validator = cleaner, wall, validator
+        self.cleaner, self.wall, self.validator, self.mig = cleaner, wall, validator, mig
+        self.mig_grants: dict[str, tuple[Device, ...]] = {}  # account -> its MIG devices
+        self.mig_cleaning: list[dict[str, Any]] = []  # latest per-instance teardown checks
         self._lock = threading.RLock()
         self.generation_applied = 0
         self.generation_seen = 0
@@ -57,6 +62,8 @@ class NodeApplier:
             return  # stale
         self.desired = desired
         self.errors = []
+        self._revoke_unwanted()
+        self._try("mig", self._mig)  # instances before the grants that use them
         self._grants()
         self._ipoib(desired.get("partitions", []))
         if self.validator is not None:
@@ -72,20 +79,57 @@ class NodeApplier:
         grants = (Grant.from_wire(g) for g in self.desired.get("access_grants", []))
         return {g.account: g for g in grants if not g.expired(now)}
 
-    def _grants(self) -> None:
+    def _revoke_unwanted(self) -> None:
         wanted = self._wanted()
         for account in set(self.access.present()) - set(wanted):
             self._try(f"access_grants/{account}/revoke", lambda a=account: self._teardown(a))
+
+    def _grants(self) -> None:
+        wanted = self._wanted()
+        for wire in self.desired.get("access_grants", []):
+            devices = devices_from_wire(wire) if isinstance(wire, dict) else ()
+            if devices:
+                self.mig_grants[str(wire.get("account"))] = devices
         for account, grant in wanted.items():
             for index in grant.gpu_indices:
                 self.cleaning.pop(index, None)  # handed out again: the old check is history
+            grant = self._with_mig_environment(grant)
             self._try(f"access_grants/{account}", lambda g=grant: self.access.apply(g))
 
+    def _mig(self) -> None:
+        layout = layout_from_wire(self.desired.get("mig"))
+        if self.mig is None:
+            if any(layout.values()):
+                raise RuntimeError("MIG instances asked, but this agent has no MIG support")
+            return
+        self.errors += self.mig.apply(layout)
+
+    def _with_mig_environment(self, grant: Grant) -> Grant:
+        """A MIG grant's account gets ``CUDA_VISIBLE_DEVICES``: its instances' UUIDs."""
+        devices = self.mig_grants.get(grant.account, ())
+        if not devices or self.mig is None:
+            return grant
+        uuids = {(r.gpu_index, i.profile, i.start): i.uuid
+                 for r in self.mig.results.values() for i in r.instances if i.uuid}
+        if not all(d in uuids for d in devices):
+            return grant
+        env = dict(grant.environment)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids[d] for d in devices)
+        return dataclasses.replace(grant, environment=tuple(sorted(env.items())))
+
     def _teardown(self, account: str) -> None:
-        """Revoke the grant (ends the account's processes), then clean its GPUs."""
+        """Revoke the grant (ends the account's processes), then clean its GPUs; a MIG
+        grant's instances are cleaned one by one, and a GPU under MIG management is never
+        cleaned whole (its other instances are other tenants')."""
         lease_id = self.access.present().get(account, "")
         indices = list(getattr(self.access, "gpu_indices", lambda a: [])(account))
+        devices = self.mig_grants.pop(account, ())
         self.access.revoke(account)
+        managed = set(self.mig.desired) | set(self.mig.results) if self.mig else set()
+        managed |= {d[0] for d in devices}
+        if devices and self.mig is not None:
+            self.mig_cleaning = self.mig.clean(devices)
+        indices = [i for i in indices if i not in managed]
         if self.cleaner is not None and indices:
             for result in self.cleaner.clean(lease_id, indices):
                 self.cleaning[int(result["gpu_index"])] = result
@@ -148,6 +192,8 @@ class NodeApplier:
                 want = self._ipoib_wanted(self.desired.get("partitions", []))
                 if set(self.ipoib.children(self.ipoib_parent).values()) != want:
                     return False
+            if self.mig is not None and not self.mig.converged():
+                return False
             return set(self.access.present()) == set(self._wanted())
 
     def observed(self) -> dict[str, Any]:
@@ -178,6 +224,10 @@ class NodeApplier:
         }
         if self.cleaning:
             observed["gpu_cleaning"] = [dict(r) for _, r in sorted(self.cleaning.items())]
+        if self.mig is not None and self.mig.results:
+            observed["mig"] = self.mig.observed()
+        if self.mig_cleaning:
+            observed["mig_cleaning"] = [dict(r) for r in self.mig_cleaning]
         validation = self.validator.result if self.validator is not None else None
         if validation is not None:
             observed["validation"] = validation

@@ -96,7 +96,29 @@ def validate_desired_state(body: Any, role: str = "node") -> list[Problem]:
             _grant(v, grant, f"access_grants[{i}]")
         if d.get("validation") is not None:
             _validation(v, d["validation"])
+        for i, gpu in enumerate(v.lst(d.get("mig", []), "mig", max_len=64)):
+            _mig_gpu(v, gpu, f"mig[{i}]")
     return v.problems
+
+
+def _mig_gpu(v: _V, value: Any, gp: str) -> None:
+    """``{"gpu_index": 0, "instances": [{"profile": "1g.10gb", "start": 3}, …]}``: the GPU
+    holds exactly these MIG instances (ADR 0222)."""
+    d = v.obj(value, gp)
+    if d is None:
+        return
+    v.req(d, "gpu_index", int, gp, minimum=0)
+    for i, inst in enumerate(v.lst(d.get("instances", []), f"{gp}.instances", max_len=8)):
+        ip = f"{gp}.instances[{i}]"
+        e = v.obj(inst, ip)
+        if e is None:
+            continue
+        profile = v.req(e, "profile", str, ip)
+        if profile is not None and not re.match(r"^[0-9]g\.[0-9]{1,3}gb(\+[a-z]+)?$", profile):
+            v.add(f"{ip}.profile", "must be a MIG profile name such as 1g.10gb")
+        start = v.req(e, "start", int, ip, minimum=0)
+        if isinstance(start, int) and start > 7:
+            v.add(f"{ip}.start", "must be a memory slice 0..7")
 
 
 def _validation(v: _V, value: Any) -> None:

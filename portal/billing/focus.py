@@ -43,7 +43,7 @@ CONDITIONAL = ["ResourceId", "ResourceName", "ResourceType", "SkuId", "SkuPriceI
                "ListUnitPrice", "ContractedUnitPrice", "ConsumedQuantity", "ConsumedUnit",
                "PricingCategory", "SubAccountId", "SubAccountName", "Tags",
                "CapacityReservationId", "CapacityReservationStatus"]
-CUSTOM = ["x_GpuModel", "x_GpuCount", "x_Priority", "x_GpuUtilizationAvg"]
+CUSTOM = ["x_GpuModel", "x_GpuCount", "x_Priority", "x_GpuUtilizationAvg", "x_MigProfile"]
 COLUMNS = MANDATORY + CONDITIONAL + CUSTOM
 DECIMAL_COLUMNS = {"BilledCost", "ContractedCost", "EffectiveCost", "ListCost",
                    "PricingQuantity", "ListUnitPrice", "ContractedUnitPrice",
@@ -147,6 +147,7 @@ def usage_rows(qs: QuerySet, enc: Encoding) -> Iterator[tuple[str, ...]]:
     usage, gpu_hours = text("Usage"), text("GPU-Hours")
     category, service = text("AI and Machine Learning"), text("GPU Leasing")
     rtype, used, unused = text("GPU Lease"), text("Used"), text("Unused")
+    mig_type, instance_hours = text("MIG Instance"), text("Instance-Hours")
 
     def hour(raw: str) -> tuple[str, tuple[int, int]]:
         at = datetime.fromisoformat(raw)
@@ -174,13 +175,23 @@ def usage_rows(qs: QuerySet, enc: Encoding) -> Iterator[tuple[str, ...]]:
                 text_num(unit), text(PRICING_CATEGORY.get(priority, "Other")), status,
                 text(model), text_num(gpus), text(priority))
 
+    def mig_shape(key: tuple) -> tuple[str, ...]:
+        """A MIG lease's SKU per profile and its usage in instance-hours (ADR 0222); the
+        pricing quantity stays GPU-hours (instances × their GPU equivalents)."""
+        count, seconds, model, priority, unit, profile = key
+        sku = f"mig-{model or 'any'}-{profile}-{priority}"
+        consumed = (Decimal(count * seconds) / SECONDS_PER_HOUR).quantize(GPU_HOUR)
+        return (text(f"{count} x {profile} MIG instance of {model or 'GPU'} ({priority}) "
+                     f"for {seconds} s"), text(sku), text(f"{sku}-{unit}"),
+                text_num(consumed), text(profile))
+
     def text_num(value: Decimal) -> str:
         return f"{value:f}"
 
     hours, months = _Cache(hour), _Cache(month)
-    tenants, shapes = _Cache(tenant), _Cache(shape)
+    tenants, shapes, mig_shapes = _Cache(tenant), _Cache(shape), _Cache(mig_shape)
     currencies = _Cache(text)
-    leases: dict[str, tuple[str, str, str]] = {}
+    leases: dict[str, tuple[str, str, str, str, int]] = {}
 
     def load_leases(ids: set[str]) -> None:
         missing = ids.difference(leases)
@@ -190,11 +201,12 @@ def usage_rows(qs: QuerySet, enc: Encoding) -> Iterator[tuple[str, ...]]:
             leases.clear()
             missing = ids
         raw_of = {UUID(raw): raw for raw in missing}
-        for lid, name, tags in Lease.objects.filter(pk__in=list(raw_of)).values_list(
-                "id", "name", "tags"):
+        for lid, name, tags, profile, count in Lease.objects.filter(
+                pk__in=list(raw_of)).values_list("id", "name", "tags", "mig_profile",
+                                                 "gpu_count"):
             rid = str(lid)
             leases[raw_of[lid]] = (text(rid), text(name or f"lease {rid[:8]}"),
-                                   enc.raw(tags_json(tags)))
+                                   enc.raw(tags_json(tags)), profile, count)
 
     # Timestamps and ids come as text (a C-level string load per cell instead of a datetime
     # parse or a UUID object); each distinct hour is turned into its Zulu form once.
@@ -210,18 +222,23 @@ def usage_rows(qs: QuerySet, enc: Encoding) -> Iterator[tuple[str, ...]]:
             charge_start, month_key = hours[start]
             bill_start, bill_end = months[month_key]
             account, name, slug = tenants[tenant_id]
-            rid, rname, tags = leases[lease_id]
+            rid, rname, tags, profile, count = leases[lease_id]
             (desc, quantity, sku, sku_price, list_unit_s, unit_s, pricing, status, x_model,
              x_count, x_priority) = shapes[(gpus, seconds, model, priority, list_unit, unit,
                                             failed)]
+            kind, consumed, consumed_unit, x_profile = rtype, quantity, gpu_hours, null
+            if profile:
+                desc, sku, sku_price, consumed, x_profile = mig_shapes[
+                    (count, seconds, model, priority, unit, profile)]
+                kind, consumed_unit = mig_type, instance_hours
             billed = f"{cost:f}"
             yield (billed, account, name, currencies[currency], bill_start, bill_end, usage,
                    null, desc, charge_start, hours[end][0], billed, billed, issuer,
                    f"{list_cost:f}", quantity, gpu_hours, issuer, issuer, category, service,
-                   rid, rname, rtype, sku, sku_price, list_unit_s, unit_s, quantity,
-                   gpu_hours, pricing, slug, name, tags,
+                   rid, rname, kind, sku, sku_price, list_unit_s, unit_s, consumed,
+                   consumed_unit, pricing, slug, name, tags,
                    rid if priority == "reserved" else null, status, x_model, x_count,
-                   x_priority, null if util is None else f"{util:f}")
+                   x_priority, null if util is None else f"{util:f}", x_profile)
 
 
 def credit_row(row: dict[str, Any]) -> dict[str, Any]:

@@ -57,15 +57,26 @@ def _usage_lines(tenant: Tenant, month: date) -> list[dict[str, Any]]:
     gpu_seconds = selectors.billed_gpu_seconds()
     rows = (selectors.usage_records(tenant=tenant, start=start, end=end).order_by()
             .values("lease_id", "lease__name", "gpu_model", "priority", "unit_price",
-                    "currency")
-            .annotate(gpu_seconds=Sum(gpu_seconds), cost=Sum("cost"))
+                    "currency", "lease__mig_profile", "lease__gpu_count")
+            .annotate(gpu_seconds=Sum(gpu_seconds), cost=Sum("cost"), seconds=Sum("seconds"))
             .order_by("lease__name", "lease_id", "unit_price"))
     return [{"lease": str(r["lease_id"]), "name": r["lease__name"] or str(r["lease_id"])[:8],
              "gpu_model": r["gpu_model"], "priority": r["priority"],
              "gpu_hours": (Decimal(str(r["gpu_seconds"] or 0)) / 3600).quantize(
                  Decimal("0.001")),
              "unit_price": r["unit_price"], "currency": r["currency"],
-             "cost": Decimal(str(r["cost"] or 0)).quantize(CENT)} for r in rows]
+             "cost": Decimal(str(r["cost"] or 0)).quantize(CENT),
+             **_mig_line(r)} for r in rows]
+
+
+def _mig_line(row: dict[str, Any]) -> dict[str, Any]:
+    """A MIG lease's line names its profile and counts instance-hours (ADR 0222)."""
+    profile = row["lease__mig_profile"]
+    if not profile:
+        return {"mig_profile": "", "instance_hours": None}
+    hours = Decimal(row["seconds"] or 0) * row["lease__gpu_count"] / 3600
+    return {"mig_profile": profile, "instance_hours": hours.quantize(Decimal("0.001")),
+            "gpu_model": f"{row['gpu_model']} MIG {profile}"}
 
 
 def statement(*, tenant: Tenant, month: date) -> Statement | None:

@@ -39,9 +39,9 @@ class HcaPortInline(admin.TabularInline):
 
 @admin.register(Node)
 class NodeAdmin(admin.ModelAdmin):
-    list_display = ("hostname", "state", "gpu_model", "leaf", "fabric", "last_heartbeat",
-                    "agent_version")
-    list_filter = ("state", "gpu_model", "fabric", "leaf")
+    list_display = ("hostname", "state", "gpu_model", "mig_mode", "leaf", "fabric",
+                    "last_heartbeat", "agent_version")
+    list_filter = ("state", "gpu_model", "mig_mode", "fabric", "leaf")
     search_fields = ("hostname",)
     list_select_related = ("leaf", "fabric")
     inlines = [GpuInline, HcaPortInline]
@@ -49,8 +49,9 @@ class NodeAdmin(admin.ModelAdmin):
 
 @admin.register(Gpu)
 class GpuAdmin(admin.ModelAdmin):
-    list_display = ("__str__", "model", "uuid", "pci_bus_id", "nvlink_domain", "health")
-    list_filter = ("model", "health")
+    list_display = ("__str__", "model", "uuid", "pci_bus_id", "nvlink_domain", "health",
+                    "mig_mode")
+    list_filter = ("model", "health", "mig_mode")
     search_fields = ("uuid", "node__hostname")
     list_select_related = ("node",)
 

@@ -70,6 +70,13 @@ class Service(models.TextChoices):
     VALIDATING = "validating", "Validating"  # repaired: proving itself before return
 
 
+class MigMode(models.TextChoices):
+    """What an operator lets the scheduler do with a GPU's MIG mode (ADR 0222)."""
+
+    WHOLE = "whole", "Whole GPUs only"
+    DYNAMIC = "dynamic", "MIG instances on demand"
+
+
 class Node(models.Model):
     class State(models.TextChoices):
         READY = "ready", "Ready"
@@ -99,6 +106,10 @@ class Node(models.Model):
                                db_index=True)
     service_cause = models.CharField(max_length=300, blank=True, default="", db_default="")
     service_since = models.DateTimeField(null=True, blank=True)
+    mig_mode = models.CharField(
+        max_length=8, choices=MigMode.choices, default=MigMode.WHOLE, db_default=MigMode.WHOLE,
+        help_text="whole: GPUs are leased whole or in time-sliced fractions; dynamic: a free "
+                  "MIG-capable GPU may be split into MIG instances for orders (ADR 0222)")
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -135,6 +146,8 @@ class Gpu(models.Model):
                                db_index=True)
     service_cause = models.CharField(max_length=300, blank=True, default="", db_default="")
     service_since = models.DateTimeField(null=True, blank=True)
+    mig_mode = models.CharField(max_length=8, choices=MigMode.choices, blank=True, default="",
+                                db_default="", help_text="empty: the node's mode")
 
     class Meta:
         ordering = ["node", "index"]

@@ -17,18 +17,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, Q
 
 import scheduler as core
 from portal.core import clock
 from portal.fleet import intervals
 from portal.fleet.lifecycle import OFFERED
 from portal.fleet.selectors import unreachable_node_ids
-from portal.inventory.models import Gpu, HcaPort, Node, SwitchLink
+from portal.inventory.models import Gpu, HcaPort, MigMode, Node, SwitchLink
 from portal.leasing import schedcache, states, usage
-from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, Quota
+from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, MigInstance, Quota
 from portal.leasing.quotesnap import QuoteSnapshot
 from portal.tenants.models import Tenant
+from scheduler import migplace
 
 PRIORITY = {"reserved": core.PriorityClass.RESERVED, "on_demand": core.PriorityClass.ON_DEMAND,
             "spot": core.PriorityClass.SPOT}
@@ -183,6 +184,7 @@ class _Held:
     lease: core.Lease
     created: float
     lingering: bool  # past its end it still holds its GPUs until torn down
+    mig: bool = False  # MIG instances: never shown to the core, their GPUs hidden (ADR 0222)
 
 
 def _held_order(held: _Held) -> tuple[float, str]:
@@ -206,10 +208,10 @@ def _read_held(ids: list[str] | None, basis: tuple[Mapping[int, tuple[str, int]]
         parts[lease_id][gpu_at(gpu_id)] = slots * MILLI_PER_SLOT
     slug = _tenant_slugs(slugs)
     out: dict[str, _Held] = {}
-    for pk, tenant_id, priority, start_at, end_at, borrowed, model, state, created in (
+    for pk, tenant_id, priority, start_at, end_at, borrowed, model, state, created, mig in (
             Lease.objects.filter(pk__in=live.values("lease_id")).values_list(
                 "id", "tenant_id", "priority", "start_at", "end_at", "borrowed",
-                "gpu_model", "state", "created")):
+                "gpu_model", "state", "created", "mig_profile")):
         by_node: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for (hostname, index), milli in sorted(parts[pk].items()):
             by_node[hostname].append((index, milli))
@@ -218,7 +220,7 @@ def _read_held(ids: list[str] | None, basis: tuple[Mapping[int, tuple[str, int]]
             parts=tuple(core.NodeAllocation(node=h, gpus=tuple(g)) for h, g in by_node.items()),
             start=int(start_at.timestamp()), end=int(end_at.timestamp()),
             borrowed=borrowed, model=model)
-        out[lease.id] = _Held(lease, created.timestamp(), state in LINGERING)
+        out[lease.id] = _Held(lease, created.timestamp(), state in LINGERING, bool(mig))
     return out
 
 
@@ -226,10 +228,11 @@ BOOK: schedcache.LeaseBook[_Held] = schedcache.LeaseBook(_read_held, _held_order
 
 
 def _leases(exclude: Iterable[str] = (), static: Static | None = None,
-            ) -> tuple[core.Lease, ...]:
+            mig_gpus: set[tuple[str, int]] | None = None) -> tuple[core.Lease, ...]:
     """Every lease holding live allocations, newest first, as the caller's transaction
     sees them: from the worker's lease book (``schedcache.LeaseBook``), which re-reads
-    only the leases changed since its last read."""
+    only the leases changed since its last read. MIG leases are left out; the GPUs they
+    hold are added to ``mig_gpus`` (hostname, index)."""
     static = static or CACHE.get()
     skip = set(exclude)
     # A lease past its end still holds its GPUs until its teardown finished (expiry runs
@@ -238,6 +241,10 @@ def _leases(exclude: Iterable[str] = (), static: Static | None = None,
     out: list[core.Lease] = []
     for held in BOOK.held((static.gpu_at, static.tenant_slug)):
         lease = held.lease
+        if held.mig:
+            if mig_gpus is not None:
+                mig_gpus.update((p.node, i) for p in lease.parts for i, _ in p.gpus)
+            continue
         if lease.id in skip:
             continue
         if held.lingering and lease.end < on_hardware:
@@ -294,9 +301,23 @@ def snapshot(*, exclude_leases: Iterable[str] = ()) -> core.Snapshot:
     usage of now, read in the caller's transaction."""
     now = clock.now()
     static = CACHE.get()
-    return core.Snapshot(nodes=_nodes(static), topology=static.topology,
-                         leases=_leases(exclude_leases, static), quotas=_quotas(),
+    mig_gpus: set[tuple[str, int]] = set()
+    leases = _leases(exclude_leases, static, mig_gpus)
+    return core.Snapshot(nodes=_without_mig_gpus(_nodes(static), mig_gpus),
+                         topology=static.topology, leases=leases, quotas=_quotas(),
                          usage=_usage(now))
+
+
+def _without_mig_gpus(nodes: tuple[core.Node, ...],
+                      hidden: set[tuple[str, int]]) -> tuple[core.Node, ...]:
+    """GPUs carrying live MIG instances (``hidden``) are not offered to the core: no
+    whole-GPU lease, gang or fraction goes there (the MIG leases are not shown to it)."""
+    if not hidden:
+        return nodes
+    names = {h for h, _ in hidden}
+    return tuple(replace(n, gpus=tuple(replace(g, healthy=False) if (n.name, g.index) in hidden
+                                       else g for g in n.gpus))
+                 if n.name in names else n for n in nodes)
 
 
 def forget_cache() -> None:
@@ -308,6 +329,13 @@ def forget_cache() -> None:
 
 
 def to_request(lease: Lease, now: datetime) -> core.Request:
+    """The core's request for ``lease``; a MIG lease (never placed by the core) only for
+    its place in the queue, as one GPU (ADR 0222)."""
+    if lease.mig_profile:
+        lease = Lease(id=lease.id, tenant=lease.tenant, priority=lease.priority,
+                      allowed_models=lease.allowed_models, start_at=lease.start_at,
+                      end_at=lease.end_at, created=lease.created,
+                      queue_boost=lease.queue_boost)
     locality = None
     if lease.locality in LOCALITY:
         locality = core.Locality(level=LOCALITY[lease.locality], required=lease.locality_required)
@@ -337,6 +365,8 @@ def preview(lease: Lease, now: datetime) -> core.Quote:
 
 
 def extension(lease: Lease, new_end: datetime) -> core.ExtensionResult:
+    if lease.mig_profile:  # its slices are reserved by nobody else: MIG starts now only
+        return core.ExtensionResult(ok=True, longest_end=None)
     return core.check_extension(snapshot(), str(lease.id), int(new_end.timestamp()))
 
 
@@ -363,7 +393,10 @@ def replacement(lease: Lease, *, count: int, same_node: str | None,
     placement promise: ``same_node`` (a GPU fault: a healthy GPU beside the others), or
     one node outside ``exclude`` (the lease's nodes) under one of ``leaves`` (a
     leaf-placed gang keeps its leaf; None: anywhere). The core decides on the snapshot of
-    now with every other node cordoned; None when nothing fits now."""
+    now with every other node cordoned; None when nothing fits now. A MIG lease is not
+    replaced (not built: it is left degraded, ADR 0222)."""
+    if lease.mig_profile:
+        return None
     snap = snapshot()
     topology = snap.topology
 
@@ -400,3 +433,83 @@ def lease_leaves(hostnames: Iterable[str]) -> frozenset[str]:
     """The leaf switches the given nodes hang off (the cached topology)."""
     topology = _topology()
     return frozenset(leaf for h in hostnames for leaf in _leaves_of(topology, h))
+
+
+# MIG (ADR 0222): the orderable profiles and their GPU equivalents, and the MIG pass.
+MigPick = migplace.MigPick
+MigWait = migplace.MigWait
+
+
+def mig_profiles(model: str) -> tuple[str, ...]:
+    return migplace.profiles_of(model)
+
+
+def mig_share_milli(model: str, profile: str) -> int:
+    return migplace.share_milli(model, profile)
+
+
+def mig_slices(model: str, profile: str) -> int:
+    return migplace.memory_slices(model, profile)
+
+
+def _mig_gpus(now: datetime) -> list[migplace.MigGpu]:
+    """Every GPU as the MIG pass sees it, read now (the caller's transaction): mode (its
+    own, else its node's), plain use from now on, and its live instances."""
+    layout: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for gpu_id, profile, start in MigInstance.objects.filter(allocation__live=True).values_list(
+            "gpu_id", "profile", "start"):
+        layout[gpu_id].append((profile, start))
+    plain = set(Allocation.objects.filter(live=True, lease__mig_profile="").filter(
+        Q(end_at__gt=now) | Q(lease__state__in=LINGERING))
+        .values_list("gpu_id", flat=True).distinct())
+    unreachable = _unreachable()
+    out = []
+    for pk, hostname, index, model, own, node_mode, health, service, state, node_service, \
+            node_pk in Gpu.objects.order_by("node__hostname", "index").values_list(
+            "pk", "node__hostname", "index", "model", "mig_mode", "node__mig_mode", "health",
+            "service", "node__state", "node__service", "node_id"):
+        healthy = (health == Gpu.Health.HEALTHY and service in OFFERED
+                   and _offered_state(state, node_service) == core.NodeState.READY
+                   and node_pk not in unreachable)
+        mode = migplace.DYNAMIC if (own or node_mode) == MigMode.DYNAMIC else migplace.WHOLE
+        out.append(migplace.MigGpu(node=hostname, index=index, model=model, mode=mode,
+                                   plain=pk in plain, healthy=healthy,
+                                   layout=tuple(sorted(layout.get(pk, ())))))
+    return out
+
+
+def schedule_mig(queue: list[Lease], now: datetime,
+                 ) -> dict[str, tuple[migplace.MigPick, ...] | migplace.MigWait]:
+    """Place the MIG orders of ``queue`` (in its order) on the pool as it is now."""
+    requests = [migplace.MigRequest(id=str(lease.pk), profile=lease.mig_profile,
+                                    count=lease.gpu_count,
+                                    models=frozenset(lease.allowed_models)) for lease in queue]
+    return migplace.schedule(_mig_gpus(now), requests)
+
+
+def mig_preview(lease: Lease, now: datetime) -> tuple[migplace.MigPick, ...] | migplace.MigWait:
+    """Where an unsaved MIG order would go now (a quote)."""
+    return schedule_mig([lease], now)[str(lease.pk)]
+
+
+def mig_capable(models: Iterable[str]) -> bool:
+    """Does any GPU of ``models`` run MIG on demand (mode dynamic, a MIG model)? Busy or
+    unhealthy ones count: the order is accepted and waits (``mig_none``)."""
+    wanted = set(models)
+    return any(g.model in wanted and g.mode == migplace.DYNAMIC
+               and bool(migplace.profiles_of(g.model)) for g in _mig_gpus(clock.now()))
+
+
+def mig_free_now(models: Iterable[str], profiles: Iterable[str], now: datetime,
+                 cap: int) -> dict[str, int]:
+    """Per profile, how many instances (one order each, up to ``cap``) the pool could take
+    now; the pool read once."""
+    gpus = _mig_gpus(now)
+    out: dict[str, int] = {}
+    for profile in profiles:
+        wanted = frozenset(m for m in models if profile in migplace.profiles_of(m))
+        requests = [migplace.MigRequest(id=str(i), profile=profile, count=1, models=wanted)
+                    for i in range(cap if wanted else 0)]
+        out[profile] = sum(1 for r in migplace.schedule(gpus, requests).values()
+                           if not isinstance(r, migplace.MigWait))
+    return out

@@ -10,15 +10,15 @@ from typing import Any
 from portal.fleet import services as fleet
 from portal.fleet.models import FabricDesiredState, NodeDesiredState
 from portal.inventory import selectors as inventory
-from portal.inventory.models import HcaPort, Node
+from portal.inventory.models import HcaPort, MigMode, Node
 from portal.leasing import handover, states
-from portal.leasing.models import Allocation, Lease
+from portal.leasing.models import Allocation, Lease, MigInstance
 from portal.tenants.models import Tenant
 from portal.tenants.selectors import host_login_keys
 
 # Leases whose users must have access and whose tenant partition must include the node.
 GRANTING = tuple(sorted(states.GRANTING))
-CONTENT_KEYS = ("partitions", "access_grants")
+CONTENT_KEYS = ("partitions", "access_grants", "mig")
 
 
 def _tenant_keys(tenant: Tenant) -> list[str]:
@@ -30,7 +30,8 @@ def _grants(node: Node) -> tuple[list[dict[str, Any]], set[int]]:
     # A slot another lease may still be on is not granted yet (the handover fence).
     rows = (handover.unfenced(Allocation.objects.filter(node=node, live=True,
                                                         lease__state__in=GRANTING))
-            .select_related("lease__tenant", "gpu").order_by("lease_id", "gpu__index"))
+            .select_related("lease__tenant", "gpu", "mig_instance")
+            .order_by("lease_id", "gpu__index", "slot"))
     per_lease: dict[Any, dict[str, Any]] = {}
     tenants: set[int] = set()
     keys: dict[Any, list[str]] = {}
@@ -45,11 +46,43 @@ def _grants(node: Node) -> tuple[list[dict[str, Any]], set[int]]:
                 "expires_at": lease.end_at.isoformat(), "not_after": lease.end_at.isoformat(),
                 "environment": _nccl_environment(node, lease.tenant)}
         grant = per_lease[lease.pk]
+        if lease.mig_profile:
+            mig = _mig_of(row)
+            if mig is not None:
+                grant.setdefault("mig_devices", []).append(
+                    {"gpu_index": row.gpu.index, "profile": mig.profile, "start": mig.start})
         if row.gpu.index not in grant["gpu_indices"]:
             grant["gpu_indices"].append(row.gpu.index)
             grant["gpu_uuids"].append(row.gpu.uuid)
         tenants.add(lease.tenant_id)
     return list(per_lease.values()), tenants
+
+
+def _mig_of(row: Allocation) -> MigInstance | None:
+    """The MIG instance whose start slot ``row`` is (the reverse one-to-one), or None."""
+    try:
+        return row.mig_instance
+    except MigInstance.DoesNotExist:
+        return None
+
+
+def _mig_layout(node: Node) -> list[dict[str, Any]]:
+    """Per GPU of the node that MIG may use (its mode dynamic, or instances on it): the
+    instances of granting leases it must hold (ADR 0222); a releasing lease's instance is
+    left out, so the agent destroys it once its grant is torn down, and the teardown is
+    observed only then. [] tells the agent to destroy idle ones."""
+    instances: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    managed: set[int] = set()
+    for index, profile, start, state in MigInstance.objects.filter(
+            gpu__node=node, allocation__live=True).order_by("gpu__index", "start").values_list(
+            "gpu__index", "profile", "start", "lease__state"):
+        managed.add(index)
+        if state in GRANTING:
+            instances[index].append({"profile": profile, "start": start})
+    for index, own in node.gpus.values_list("index", "mig_mode"):
+        if (own or node.mig_mode) == MigMode.DYNAMIC:
+            managed.add(index)
+    return [{"gpu_index": i, "instances": instances.get(i, [])} for i in sorted(managed)]
 
 
 def ensure_partition(tenant: Tenant) -> None:
@@ -78,7 +111,7 @@ def derive_node(node: Node) -> dict[str, list[dict[str, Any]]]:
                  .values_list("port_guid", flat=True))
     partitions = [_partition_entry(t, ports)
                   for t in Tenant.objects.filter(pk__in=tenant_ids).order_by("slug")]
-    return {"partitions": partitions, "access_grants": grants}
+    return {"partitions": partitions, "access_grants": grants, "mig": _mig_layout(node)}
 
 
 def content_hash(content: dict[str, Any]) -> str:
@@ -97,7 +130,7 @@ def push_node(node: Node) -> int:
     _lock_row(NodeDesiredState, node=node)
     content = derive_node(node)
     return fleet.node_desired_set(node=node, partitions=content["partitions"],
-                                  access_grants=content["access_grants"])
+                                  access_grants=content["access_grants"], mig=content["mig"])
 
 
 def port_rows(node: Node | None = None) -> list[tuple[Any, str, int | None, Any]]:

@@ -20,6 +20,7 @@ from django.utils.translation import gettext as _
 from portal.core.errors import ApplicationError
 
 MAX_GPUS_PER_NODE = 16
+MAX_MIG_INSTANCES_PER_NODE = MAX_GPUS_PER_NODE * 7  # a MIG order counts instances (ADR 0222)
 MAX_NODES = 512
 MAX_DURATION_HOURS = 24 * 90
 DEFAULT_BOOKING_HORIZON_DAYS = 90

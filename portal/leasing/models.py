@@ -100,6 +100,10 @@ class Lease(models.Model):
     gpu_model = models.CharField(max_length=32, blank=True, help_text="model placed on")
     gpu_count = models.PositiveIntegerField(default=1, help_text="GPUs per node")
     gpu_milli = models.PositiveIntegerField(default=1000, help_text="<1000: a share of one GPU")
+    mig_profile = models.CharField(
+        max_length=32, blank=True, default="", db_default="",
+        help_text="a MIG profile (1g.10gb …): gpu_count counts instances, gpu_milli is one "
+                  "instance's GPU equivalents (ADR 0222)")
     nodes = models.PositiveIntegerField(default=1, help_text="gang size (nodes)")
     locality = models.CharField(max_length=8, choices=Locality.choices, default=Locality.ANY)
     locality_required = models.BooleanField(default=False)
@@ -195,6 +199,11 @@ class Allocation(models.Model):
     start_at = models.DateTimeField()
     end_at = models.DateTimeField()
     live = models.BooleanField(default=True)
+    mig = models.BooleanField(
+        default=False, db_default=False,
+        help_text="a memory slice of a MIG instance (ADR 0222): on PostgreSQL an exclusion "
+                  "constraint (migration 0010) keeps MIG and whole/fractional slots of one GPU "
+                  "from overlapping in time")
     released_generation = models.PositiveBigIntegerField(
         null=True, blank=True, help_text="freed before its teardown was observed: the node's "
         "desired generation that removed its grant; fenced until applied (ADR 0104)")
@@ -211,6 +220,38 @@ class Allocation(models.Model):
 
     def __str__(self) -> str:
         return f"{self.lease_id} gpu {self.gpu_id}#{self.slot}"
+
+
+class MigInstance(models.Model):
+    """One MIG instance a lease holds: its GPU, profile and start slot (memory slices), and
+    the ``MIG-…`` UUID once the node's agent reports it (ADR 0222).
+
+    The memory slices it covers are held as ``Allocation`` slots (the allocation exclusion
+    constraint keeps two live instances of one GPU off each other's slices, and a whole-GPU
+    lease, which holds all eight, off the GPU); ``allocation`` is its start slot's row,
+    whose ``live`` is the instance's: every way a lease gives up its slots ends it too.
+    """
+
+    lease = models.ForeignKey(Lease, on_delete=models.CASCADE, related_name="mig_instances")
+    allocation = models.OneToOneField(Allocation, on_delete=models.CASCADE,
+                                      related_name="mig_instance")
+    gpu = models.ForeignKey(Gpu, on_delete=models.PROTECT, related_name="mig_instances")
+    profile = models.CharField(max_length=32)
+    start = models.PositiveSmallIntegerField(help_text="first memory slice (placement start)")
+    size = models.PositiveSmallIntegerField(help_text="memory slices")
+    uuid = models.CharField(max_length=64, blank=True, default="", help_text="MIG-…")
+    gpu_instance_id = models.PositiveIntegerField(null=True, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["gpu", "start"]
+        constraints = [
+            models.CheckConstraint(condition=Q(start__lt=SLOTS_PER_GPU) & Q(size__gte=1)
+                                   & Q(size__lte=SLOTS_PER_GPU), name="miginstance_slices"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.lease_id} {self.profile}@{self.gpu_id}:{self.start}"
 
 
 class IdempotencyKey(models.Model):

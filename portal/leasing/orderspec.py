@@ -18,6 +18,7 @@ class OrderSpec:
     models: list[str] = field(default_factory=list)
     gpu_count: int = 1
     gpu_milli: int = 1000
+    mig_profile: str = ""  # a MIG profile: gpu_count counts instances (ADR 0222)
     nodes: int = 1
     locality: str = Locality.ANY
     locality_required: bool = False

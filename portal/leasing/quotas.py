@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import F, Q, Sum
+from django.db.models import Case, F, IntegerField, Q, Sum, Value, When
 
 from portal.leasing import states
-from portal.leasing.models import Allocation, Lease, Quota
+from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, Quota
 from portal.tenants.models import Tenant
 
 COMMITTED = tuple(sorted(states.COMMITTED))
@@ -42,7 +42,13 @@ def gpus_held(tenant: Tenant, model: str, start: datetime, end: datetime,
         live=True, lease__tenant=tenant, gpu__model=model, start_at__lt=end, end_at__gt=start)
     if exclude_lease is not None:
         slots = slots.exclude(lease_id=exclude_lease)
-    return Decimal(slots.count()) / 8
+    # A plain slot is an eighth; a MIG lease counts its instances' GPU equivalents, not the
+    # memory slices it holds (ADR 0222): gpu_milli per instance, on its start slot's row.
+    milli = slots.aggregate(milli=Sum(Case(
+        When(lease__mig_profile="", then=Value(MILLI_PER_SLOT)),
+        When(mig_instance__isnull=False, then=F("lease__gpu_milli")),
+        default=Value(0), output_field=IntegerField())))["milli"] or 0
+    return Decimal(milli) / 1000
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,8 @@ from portal.leasing.services import (
     _models_available,
     _window,
     check_member_limit,
+    check_mig_offered,
+    spec_milli,
 )
 from portal.leasing.services import check_limits as _limits
 from portal.tenants.access import AnyUser, require_role
@@ -47,13 +49,34 @@ class QuoteResult:
     messages: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _MigProbe:
+    """A MIG order's preview in the shape of the core's quote (what ``order_quote`` reads)."""
+
+    placeable_now: bool
+    placement: Any
+    reason: Any
+    earliest_start: int | None = None
+
+
+@dataclass(frozen=True)
+class _MigWhere:
+    model: str
+
+
 def _probe(tenant: Tenant, spec: OrderSpec, window: Window, models: list[str],
            now: datetime) -> Any:
     """Ask the core about a lease that is never saved (rolled back at once)."""
     lease = Lease(tenant=tenant, allowed_models=models, gpu_count=spec.gpu_count,
                   gpu_milli=spec.gpu_milli, nodes=spec.nodes, locality=spec.locality,
                   locality_required=spec.locality_required, priority=spec.priority,
-                  start_at=window.start, end_at=window.end, created=now)
+                  start_at=window.start, end_at=window.end, created=now,
+                  mig_profile=spec.mig_profile)
+    if spec.mig_profile:
+        found = allocation.mig_preview(lease, now)
+        if isinstance(found, allocation.MigWait):
+            return _MigProbe(False, None, found)
+        return _MigProbe(True, _MigWhere(found[0].model), None)
     return allocation.preview(lease, now)
 
 
@@ -116,20 +139,23 @@ def order_quote(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec) -> QuoteResu
     _check_shape(spec)
     models = _models_available(spec)
     window = _window(spec, now)
-    check_order_fits(tenant=tenant, spec=spec, window=window, models=models, now=now)
+    if spec.mig_profile:
+        check_mig_offered(models)
+    else:
+        check_order_fits(tenant=tenant, spec=spec, window=window, models=models, now=now)
     with transaction.atomic():
         result = _probe(tenant, spec, window, models, now)
         fits_quota, fits_budget, messages = _fits(actor, tenant, spec, window, models)
         model = result.placement.model if result.placement else models[0]
-        gpus = Decimal(spec.gpu_count * spec.nodes * spec.gpu_milli) / 1000
+        gpus = Decimal(spec.gpu_count * spec.nodes * spec_milli(spec, models)) / 1000
         pricing = _pricing()
         price, currency = pricing.estimate(tenant=tenant, gpu_model=model, priority=spec.priority,
                                    gpus=gpus, start=window.start, end=window.end)
         rate = pricing.unit_price(tenant=tenant, gpu_model=model, priority=spec.priority,
                           at=window.start)
         earliest = allocation.from_epoch(result.earliest_start)
-        alternatives = [] if result.placeable_now else _alternatives(tenant, spec, window,
-                                                                      now, models)
+        alternatives = [] if result.placeable_now or spec.mig_profile else _alternatives(
+            tenant, spec, window, now, models)
         if not result.placeable_now and earliest and earliest > window.start:
             later = earliest.replace(microsecond=0) + timedelta(minutes=1)
             alternatives.append({"kind": "later", "label": _("start at %(time)s UTC")

@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from portal.core import clock
 from portal.core.errors import NotFound
 from portal.inventory.models import HcaPort
-from portal.leasing.models import Allocation, Lease, LeaseEvent, Quota
+from portal.leasing.models import Allocation, Lease, LeaseEvent, MigInstance, Quota
 from portal.leasing.quotas import gpus_held, quota_hours_used
 from portal.leasing.states import GRANTING
 from portal.tenants.access import Who, is_staff, require_role, tenants_for
@@ -169,3 +169,34 @@ def lease_faults(*, lease: Lease) -> Any:
     from portal.leasing.models import LeaseFault
 
     return LeaseFault.objects.filter(lease=lease).select_related("node").order_by("fault_at")
+
+
+def mig_devices(lease: Lease) -> list[dict[str, Any]]:
+    """The lease's live MIG instances (all, once it ended), in GPU and slot order."""
+    rows = MigInstance.objects.filter(lease=lease)
+    if rows.filter(allocation__live=True).exists():
+        rows = rows.filter(allocation__live=True)
+    return [{"node": hostname, "gpu_index": index, "profile": profile, "start": start,
+             "uuid": uuid}
+            for hostname, index, profile, start, uuid in rows.order_by(
+                "gpu__node__hostname", "gpu__index", "start").values_list(
+                "gpu__node__hostname", "gpu__index", "profile", "start", "uuid")]
+
+
+def cuda_visible_devices(devices: list[dict[str, Any]]) -> str | None:
+    """``CUDA_VISIBLE_DEVICES`` for these MIG devices, once every UUID is known."""
+    if not devices or not all(d["uuid"] for d in devices):
+        return None
+    return ",".join(d["uuid"] for d in devices)
+
+
+def mig_offer(*, models: list[str], cap: int = 56) -> list[dict[str, Any]]:
+    """The MIG profiles of ``models`` with how many instances of each could be placed now
+    (``free_now``, counted up to ``cap``): what the order page offers (ADR 0222)."""
+    from portal.core import clock
+    from portal.leasing import allocation
+
+    profiles = sorted({p for m in models for p in allocation.mig_profiles(m)},
+                      key=lambda p: (int(p.split("g", 1)[0]), p))
+    free = allocation.mig_free_now(models, profiles, clock.now(), cap) if profiles else {}
+    return [{"profile": p, "free_now": free[p]} for p in profiles]

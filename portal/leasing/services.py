@@ -23,7 +23,7 @@ from portal.core.services import audit_record
 from portal.inventory.catalog import CATALOG
 from portal.inventory.models import Gpu
 from portal.leasing import access_push, allocation, limits, notify, states
-from portal.leasing.feasibility import check_order_fits
+from portal.leasing.feasibility import NeverPlaceable, check_order_fits
 from portal.leasing.lifecycle import dispatch, expiry, releasing
 from portal.leasing.lifecycle.expiry import ExtensionRefused
 from portal.leasing.limits import MAX_GPUS_PER_NODE, MAX_NODES
@@ -76,6 +76,9 @@ def _check_shape(spec: OrderSpec) -> None:
     if unknown:
         raise _err("models", _("Unknown GPU model(s): %(models)s.")
                    % {"models": ", ".join(unknown)})
+    if spec.mig_profile:
+        _check_mig_shape(spec)
+        return
     if not isinstance(spec.gpu_count, int) or not 1 <= spec.gpu_count <= MAX_GPUS_PER_NODE:
         raise _err("gpu_count", _("Between 1 and %(max)s GPUs per node.")
                    % {"max": MAX_GPUS_PER_NODE})
@@ -96,8 +99,52 @@ def _check_shape(spec: OrderSpec) -> None:
         raise _err("locality", _("An NVLink domain is inside one node; order one node."))
 
 
+def mig_models(spec: OrderSpec) -> list[str]:
+    """The models a MIG order may land on: those ordered (all must have the profile), or
+    every model with the profile."""
+    if spec.models:
+        return list(spec.models)
+    return [m for m in sorted(CATALOG) if spec.mig_profile in allocation.mig_profiles(m)]
+
+
+def _check_mig_shape(spec: OrderSpec) -> None:
+    """A MIG order: a profile of every ordered model, instances on one node, no fraction."""
+    models = mig_models(spec)
+    lacking = [m for m in models if spec.mig_profile not in allocation.mig_profiles(m)]
+    if lacking or not models:
+        offered = sorted({p for m in (lacking or sorted(CATALOG))
+                          for p in allocation.mig_profiles(m)})
+        raise _err("mig_profile", _("Not a MIG profile of %(models)s; one of: %(profiles)s.")
+                   % {"models": ", ".join(lacking) or _("any model"),
+                      "profiles": ", ".join(offered) or "-"})
+    if spec.gpu_milli != 1000:
+        raise _err("gpu_milli", _("A MIG instance is not combined with a time-sliced fraction; "
+                                  "leave gpu_milli out."))
+    if not isinstance(spec.nodes, int) or spec.nodes != 1:
+        raise _err("nodes", _("MIG instances are ordered on one node."))
+    most = limits.MAX_MIG_INSTANCES_PER_NODE
+    if not isinstance(spec.gpu_count, int) or not 1 <= spec.gpu_count <= most:
+        raise _err("gpu_count", _("Between 1 and %(max)s MIG instances.") % {"max": most})
+    if spec.locality not in Locality.values:
+        raise _err("locality", _("One of %(choices)s.")
+                   % {"choices": ", ".join(Locality.values)})
+    if spec.priority not in Priority.values:
+        raise _err("priority", _("One of %(choices)s.")
+                   % {"choices": ", ".join(Priority.values)})
+
+
+def spec_milli(spec: OrderSpec, models: list[str] | None = None) -> int:
+    """One unit's GPU equivalents in milli-GPU: the fraction, or a MIG instance's share
+    (ADR 0222: the larger of its compute and memory share)."""
+    if not spec.mig_profile:
+        return spec.gpu_milli
+    shares = [allocation.mig_share_milli(m, spec.mig_profile)
+              for m in (models or mig_models(spec))]
+    return max(shares, default=1000)
+
+
 def _models_available(spec: OrderSpec) -> list[str]:
-    wanted = spec.models or sorted(CATALOG)
+    wanted = (mig_models(spec) if spec.mig_profile else spec.models) or sorted(CATALOG)
     have = set(Gpu.objects.filter(model__in=wanted).order_by().values_list("model", flat=True)
                .distinct())  # order_by(): Meta.ordering would make it DISTINCT per GPU
     if not have:
@@ -129,12 +176,14 @@ def _window(spec: OrderSpec, now: datetime) -> Window:
         raise _err("duration_hours", _("Give a duration or an end."))
     if end <= start:
         raise _err("end_at", _("The end must be after the start."))
+    if spec.mig_profile and start > now + START_GRACE:
+        raise _err("start_at", _("MIG instances start now; leave start_at out."))
     limits.check_end(start, end)
     return Window(start, end)
 
 
 def _total_gpus(spec: OrderSpec) -> Decimal:
-    return Decimal(spec.gpu_count * spec.nodes * spec.gpu_milli) / 1000
+    return Decimal(spec.gpu_count * spec.nodes * spec_milli(spec)) / 1000
 
 
 def check_limits(tenant: Tenant, spec: OrderSpec, window: Window, models: list[str],
@@ -246,10 +295,21 @@ def validate_order(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec,
     _check_shape(spec)
     models = _models_available(spec)
     window = _window(spec, now)
-    check_order_fits(tenant=tenant, spec=spec, window=window, models=models, now=now)
+    if spec.mig_profile:
+        check_mig_offered(models)
+    else:
+        check_order_fits(tenant=tenant, spec=spec, window=window, models=models, now=now)
     check_limits(tenant, spec, window, models)
     check_member_limit(actor, tenant, spec)
     return window, models
+
+
+def check_mig_offered(models: list[str]) -> None:
+    """A MIG order needs a GPU of its models that an operator offers for MIG."""
+    if not allocation.mig_capable(models):
+        raise _err("mig_profile", _("No %(models)s GPU of the pool is offered for MIG "
+                                    "instances.") % {"models": "/".join(models)},
+                   NeverPlaceable)
 
 
 @transaction.atomic
@@ -277,8 +337,9 @@ def _requested(actor: AnyUser, tenant: Tenant, spec: OrderSpec, window: Window,
     return Lease.objects.create(
         tenant=tenant, created_by=actor if actor.is_authenticated else None,
         name=spec.name[:100], tags=spec.tags, allowed_models=models,
-        gpu_count=spec.gpu_count, gpu_milli=spec.gpu_milli, nodes=spec.nodes,
-        locality=spec.locality, locality_required=spec.locality_required,
+        gpu_count=spec.gpu_count, gpu_milli=spec_milli(spec, models), nodes=spec.nodes,
+        mig_profile=spec.mig_profile, locality=spec.locality,
+        locality_required=spec.locality_required,
         priority=spec.priority, start_at=window.start, end_at=window.end,
         state=S.REQUESTED)
 
@@ -375,7 +436,7 @@ def lease_extend(*, actor: AnyUser, lease: Lease, end_at: datetime) -> Lease:
     limits.check_end(lease.start_at, end_at)
     spec = OrderSpec(models=[lease.gpu_model] if lease.gpu_model else lease.allowed_models,
                      gpu_count=lease.gpu_count, gpu_milli=lease.gpu_milli, nodes=lease.nodes,
-                     priority=lease.priority)
+                     priority=lease.priority, mig_profile=lease.mig_profile)
     extra = Window(lease.end_at, end_at)
     longest = _longest_end(lease)
     try:

@@ -51,6 +51,10 @@ def sentence(reason: str | None, *, gpus: Any, models: str, earliest: datetime |
                       "required; it starts when such a group is free."),
         "reserved": _("The %(models)s GPUs are held by a reservation starting soon."),
         "not_yet": _("Reserved for its start; the GPUs are booked."),
+        "mig_none": _("No %(models)s GPU of the pool is offered for MIG instances right now "
+                      "(all are whole-GPU only, busy whole or out of service)."),
+        "mig_full": _("Every %(models)s GPU offered for MIG is full: no free slices at a valid "
+                      "placement for this profile; it starts when instances are released."),
     }
     text = texts.get(reason)
     if text is None:

@@ -69,16 +69,20 @@ def _check(problems: list[protocol.Problem]) -> None:
 
 @transaction.atomic
 def node_desired_set(*, node: Node, partitions: list[dict[str, Any]],
-                     access_grants: list[dict[str, Any]]) -> int:
+                     access_grants: list[dict[str, Any]],
+                     mig: list[dict[str, Any]] | None = None) -> int:
     """Make ``partitions``/``access_grants`` the node's complete desired state. The
     generation rises only when the content changes; returns the current generation."""
     agent = agent_for_node(node=node)
     desired = _locked(NodeDesiredState, node=node)
     content = {"partitions": _canonical(partitions), "access_grants": _canonical(access_grants)}
+    if mig:  # the MIG layout per GPU the agent keeps (ADR 0222); absent: none managed
+        content["mig"] = _canonical(mig)
     asked = validation_entry(node)
     if asked is not None:  # a repaired node proving itself (services.validation)
         content["validation"] = asked
-    old = {k: desired.document.get(k) for k in ("partitions", "access_grants", "validation")
+    old = {k: desired.document.get(k) for k in ("partitions", "access_grants", "validation",
+                                                "mig")
            if k in content or k in desired.document}
     if desired.document and old == content:
         return int(desired.generation)
@@ -131,9 +135,27 @@ def simulate_apply(*, node: Node) -> None:
                            "state": "present"} for g in doc.get("access_grants", [])],
         "simulated": True,
     }
+    if doc.get("mig"):  # instances "created" with made-up UUIDs, stable per slot
+        observed["mig"] = [_simulated_mig(node, gpu) for gpu in doc["mig"]]
     NodeObservedState.objects.update_or_create(
         node=node, defaults={"generation_applied": generation, "partitions_in_sync": True,
                              "document": observed})
+
+
+def _simulated_mig(node: Node, gpu: dict[str, Any]) -> dict[str, Any]:
+    index = gpu["gpu_index"]
+    return {"gpu_index": index, "mode": "enabled", "errors": [], "instances": [
+        {"profile": i["profile"], "start": i["start"], "gpu_instance_id": i["start"] + 1,
+         "uuid": f"MIG-{_sim_uuid(node.pk, index, i['start'], i['profile'])}"}
+        for i in gpu.get("instances", [])]}
+
+
+def _sim_uuid(*parts: Any) -> str:
+    import hashlib
+    import uuid
+
+    digest = hashlib.sha256(repr(parts).encode()).digest()[:16]
+    return str(uuid.UUID(bytes=digest))
 
 
 @transaction.atomic

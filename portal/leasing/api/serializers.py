@@ -3,11 +3,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.utils.translation import gettext as _
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from portal.core.api.serializers import StrictSerializer
 from portal.leasing import selectors
-from portal.leasing.limits import MAX_DURATION_HOURS, MAX_GPUS_PER_NODE, MAX_NODES
+from portal.leasing.limits import (
+    MAX_DURATION_HOURS,
+    MAX_GPUS_PER_NODE,
+    MAX_MIG_INSTANCES_PER_NODE,
+    MAX_NODES,
+)
 from portal.leasing.models import Lease, LeaseEvent, LeaseFault, Locality, Priority
 
 
@@ -17,10 +23,17 @@ class OrderSerializer(StrictSerializer):
     models = serializers.ListField(child=serializers.CharField(max_length=32), required=False,
                                    default=list, max_length=16,
                                    help_text="acceptable models; empty = any")
-    gpu_count = serializers.IntegerField(min_value=1, max_value=MAX_GPUS_PER_NODE, default=1,
-                                         help_text="GPUs per node")
+    gpu_count = serializers.IntegerField(min_value=1, max_value=MAX_MIG_INSTANCES_PER_NODE,
+                                         default=1,
+                                         help_text="GPUs per node (at most "
+                                                   f"{MAX_GPUS_PER_NODE}); with mig_profile: "
+                                                   "MIG instances, on one node")
     gpu_milli = serializers.IntegerField(min_value=125, max_value=1000, default=1000,
                                          help_text="<1000: that share of one GPU (steps of 125)")
+    mig_profile = serializers.CharField(
+        max_length=32, required=False, default="", allow_blank=True,
+        help_text="a MIG profile of the ordered model(s), e.g. 1g.10gb: isolated instances "
+                  "that may share a GPU with other tenants' (ADR 0222)")
     nodes = serializers.IntegerField(min_value=1, max_value=MAX_NODES, default=1,
                                      help_text="gang size: nodes × gpu_count, all or nothing")
     locality = serializers.ChoiceField(choices=Locality.choices, default=Locality.ANY)
@@ -47,6 +60,14 @@ class OrderSerializer(StrictSerializer):
         return attrs
 
 
+class MigDeviceSerializer(serializers.Serializer[None]):
+    node = serializers.CharField()
+    gpu_index = serializers.IntegerField()
+    profile = serializers.CharField()
+    start = serializers.IntegerField()
+    uuid = serializers.CharField(help_text="MIG-…; empty until the agent reports it")
+
+
 class LeaseSerializer(serializers.ModelSerializer[Lease]):
     tenant = serializers.CharField(source="tenant.slug", read_only=True)
     total_gpus = serializers.FloatField(read_only=True)
@@ -54,16 +75,31 @@ class LeaseSerializer(serializers.ModelSerializer[Lease]):
                                    read_only=True)
     queue_position = serializers.SerializerMethodField(
         help_text="1-based place in the queue while it waits to start now; null otherwise.")
+    devices = serializers.SerializerMethodField(
+        help_text="the lease's MIG instances: node, GPU index, profile, start slot and the "
+                  "MIG-… UUID once the node reported it (empty for whole GPUs)")
+    cuda_visible_devices = serializers.SerializerMethodField(
+        help_text="CUDA_VISIBLE_DEVICES for a MIG lease (its MIG-… UUIDs, comma-separated) "
+                  "once all are reported; null otherwise")
 
     class Meta:
         model = Lease
         fields = ["id", "name", "tenant", "state", "condition", "state_reason", "wait_reason",
                   "earliest_start", "queue_position", "gpu_model", "models", "gpu_count",
-                  "gpu_milli", "nodes",
+                  "gpu_milli", "mig_profile", "devices", "cuda_visible_devices", "nodes",
                   "total_gpus", "locality", "locality_required", "priority", "start_at",
                   "end_at", "active_at", "ended_at", "created", "tags"]
         read_only_fields = fields
 
+
+    @extend_schema_field(MigDeviceSerializer(many=True))
+    def get_devices(self, lease: Lease) -> list[dict[str, Any]]:
+        return selectors.mig_devices(lease) if lease.mig_profile else []
+
+    def get_cuda_visible_devices(self, lease: Lease) -> str | None:
+        if not lease.mig_profile:
+            return None
+        return selectors.cuda_visible_devices(selectors.mig_devices(lease))
 
     def get_queue_position(self, lease: Lease) -> int | None:
         """Computed once per response (a list shares one reading of the queue)."""

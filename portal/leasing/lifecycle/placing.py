@@ -15,7 +15,7 @@ from portal.core import clock, histograms
 from portal.core.crash import crashpoint
 from portal.inventory.models import Gpu
 from portal.leasing import allocation, desired, notify, states
-from portal.leasing.lifecycle import preemption, provisioning, timing
+from portal.leasing.lifecycle import migplacing, preemption, provisioning, timing
 from portal.leasing.models import LOCK_SKIP, MILLI_PER_SLOT, SLOTS_PER_GPU, Allocation, Lease
 from portal.leasing.models import LeaseState as S
 from portal.leasing.quotas import gpus_held, quota_for
@@ -63,15 +63,19 @@ def _schedule_pass() -> dict[str, int]:
         if not queue:
             return {"queued": 0, "placed": 0}
         transaction.on_commit(lambda: crashpoint("schedule.after_commit"))
-        result = allocation.schedule(queue, now)
+        plain = [lease for lease in queue if not lease.mig_profile]
         leases = {str(lease.id): lease for lease in queue}
         placed = 0
-        for decision in result.decisions:
-            lease = leases[decision.request_id]
-            if isinstance(decision, allocation.Placement):
-                placed += _try_place(lease, decision, now)
-            else:
-                _note_wait(lease, decision.reason.value, decision.earliest_start)
+        if plain:
+            result = allocation.schedule(plain, now)
+            for decision in result.decisions:
+                lease = leases[decision.request_id]
+                if isinstance(decision, allocation.Placement):
+                    placed += _try_place(lease, decision, now)
+                else:
+                    _note_wait(lease, decision.reason.value, decision.earliest_start)
+        # MIG orders after the others, on the pool as they left it (ADR 0222).
+        placed += migplacing.place_queue([lease for lease in queue if lease.mig_profile], now)
         if placed:
             crashpoint("schedule.after_allocations")
         return {"queued": len(queue), "placed": placed}

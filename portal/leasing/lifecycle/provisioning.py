@@ -9,7 +9,7 @@ from django.db import transaction
 
 from portal.core import clock, histograms
 from portal.core.crash import crashpoint
-from portal.leasing import handover, notify, states
+from portal.leasing import handover, migdevices, notify, states
 from portal.leasing.lifecycle import dispatch, pushing, timing
 from portal.leasing.models import LOCK_SKIP, Lease
 from portal.leasing.models import LeaseState as S
@@ -58,7 +58,7 @@ def check_provisioned(lease_id: object) -> None:
             _handover(lease, now)  # pushed again once free (maybe already applied), or not
             if lease.handover_pending or lease.state != S.PROVISIONING:
                 return
-        if pushing.converged(lease.provision_targets):
+        if pushing.converged(lease.provision_targets) and migdevices.ready(lease):
             crashpoint("provision.before_active")
             lease.active_at = now
             states.transition(lease, S.ACTIVE, reason="all nodes converged",

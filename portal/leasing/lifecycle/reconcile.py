@@ -16,7 +16,7 @@ from portal.fleet import hooks
 from portal.fleet import services as fleet
 from portal.fleet.models import NodeDesiredState
 from portal.inventory.models import Node
-from portal.leasing import desired, states
+from portal.leasing import desired, migdevices, states
 from portal.leasing.lifecycle import (
     dispatch,
     expiry,
@@ -53,6 +53,7 @@ def run_step(step: str, lease_id: object) -> str | None:
 def node_converged(node_id: int) -> None:
     """A node's observed state changed (``fleet.hooks``): move what waits for it, in the
     report's transaction. Teardowns first, so a GPU handed over is pushed at once."""
+    migdevices.record_uuids(node_id)
     on_node = Allocation.objects.filter(node_id=node_id).values("lease_id")
     for step, state in ((releasing.check_released, S.RELEASING),
                         (provisioning.check_provisioned, S.PROVISIONING)):

@@ -120,9 +120,11 @@ def chart_labels() -> dict[str, str]:
 @tenant_page()
 def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
     from portal.leasing.selectors import (
+        cuda_visible_devices,
         lease_connection,
         lease_events,
         lease_faults,
+        mig_devices,
         queue_position,
     )
 
@@ -138,7 +140,9 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
     from portal.billing.statements import lease_money
 
     events = list(lease_events(lease=lease))
+    devices = mig_devices(lease) if lease.mig_profile else []
     return render(request, "web/lease.html", {
+        "mig_devices": devices, "cuda_visible_devices": cuda_visible_devices(devices),
         "lease": lease, "money": lease_money(lease),
         "queue_position": queue_position(lease=lease),
         "events": events,

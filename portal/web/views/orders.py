@@ -20,6 +20,15 @@ def _models() -> list[str]:
     return [row["model"] for row in panels.free_by_model()]
 
 
+def _form(request: HttpRequest) -> OrderForm:
+    """The order form with the pool's models and MIG profiles (free instances now)."""
+    from portal.leasing.selectors import mig_offer
+
+    models = _models()
+    return OrderForm(request.POST or None, model_choices=models,
+                     mig_choices=mig_offer(models=models))
+
+
 def _spec(form: OrderForm) -> Any:
     from portal.leasing.services import OrderSpec
 
@@ -40,8 +49,7 @@ def _quote(request: HttpRequest, form: OrderForm) -> Any:
 
 @tenant_page(Role.MEMBER)
 def order(request: HttpRequest) -> HttpResponse:
-    models = _models()
-    form = OrderForm(request.POST or None, model_choices=models)
+    form = _form(request)
     quote = None
     if request.method == "POST" and form.is_valid():
         if "preview" in request.POST:
@@ -90,7 +98,7 @@ def _submit(request: HttpRequest, form: OrderForm) -> Any:
 @tenant_page(Role.MEMBER)
 def order_preview(request: HttpRequest) -> HttpResponse:
     """The quote panel alone, for htmx as the form changes (POST: it carries the form)."""
-    form = OrderForm(request.POST or None, model_choices=_models())
+    form = _form(request)
     quote = _quote(request, form) if request.method == "POST" and form.is_valid() else None
     status = 400 if form.errors else 200  # htmx swaps a 4xx too (htmx-config in base.html)
     return render(request, "web/_quote.html", {"form": form, "quote": quote}, status=status)

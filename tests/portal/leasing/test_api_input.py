@@ -14,8 +14,9 @@ from tests.portal.factories import client_for
 
 GOOD = {"models": ["H100"], "gpu_count": 1, "duration_hours": 1}
 GARBAGE: list[Any] = [None, "", "x" * 300, -5, 10**12, 3.7, [], {"a": 1}, True, "2020-13-45"]
-FIELDS = ["models", "gpu_count", "gpu_milli", "nodes", "locality", "locality_required",
-          "priority", "start_at", "duration_hours", "end_at", "name", "tags"]
+FIELDS = ["models", "gpu_count", "gpu_milli", "mig_profile", "nodes", "locality",
+          "locality_required", "priority", "start_at", "duration_hours", "end_at", "name",
+          "tags"]
 
 
 @pytest.mark.parametrize("field", FIELDS)

@@ -72,8 +72,10 @@ def test_booking_horizon_is_a_setting(pool: dict[str, Any], settings: Any) -> No
 def test_limits_one_source_for_form_serializer_and_service() -> None:
     form = OrderForm(model_choices=["H100"])
     api = OrderSerializer().fields
+    # the field's bound is a MIG order's (instances); whole GPUs are held to
+    # MAX_GPUS_PER_NODE by the service and the form's clean (ADR 0222)
     assert form.fields["gpu_count"].max_value == api["gpu_count"].max_value \
-        == limits.MAX_GPUS_PER_NODE
+        == limits.MAX_MIG_INSTANCES_PER_NODE
     assert form.fields["nodes"].max_value == api["nodes"].max_value == limits.MAX_NODES
     assert form.fields["duration_hours"].max_value == api["duration_hours"].max_value \
         == limits.MAX_DURATION_HOURS

@@ -1,0 +1,80 @@
+"""Placing MIG orders (ADR 0222): in the single-flight pass, after the other orders, the
+core's MIG placer (through ``portal.leasing.allocation``) picks a GPU and a valid start
+slot per instance; the instances' memory slices are written as allocation slots (the
+exclusion constraint refuses any overlap, whatever races) with one ``MigInstance`` each."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import IntegrityError, transaction
+
+from portal.inventory.models import Gpu
+from portal.leasing import allocation, desired, notify
+from portal.leasing.lifecycle import provisioning
+from portal.leasing.models import Allocation, Lease, MigInstance
+from portal.leasing.quotas import gpus_held, quota_for
+
+log = logging.getLogger(__name__)
+
+
+def place_queue(queue: list[Lease], now: datetime) -> int:
+    """Place what fits now; the rest waits with the placer's reason. Returns how many."""
+    if not queue:
+        return 0
+    decisions = allocation.schedule_mig(queue, now)
+    placed = 0
+    for lease in queue:
+        decision = decisions[str(lease.pk)]
+        if isinstance(decision, allocation.MigWait):
+            _wait(lease, decision.value)
+        else:
+            placed += _try(lease, decision, now)
+    return placed
+
+
+def _wait(lease: Lease, reason: str) -> None:
+    if lease.wait_reason != reason or lease.earliest_start is not None:
+        lease.wait_reason, lease.earliest_start = reason, None
+        lease.save(update_fields=["wait_reason", "earliest_start", "updated"])
+
+
+def _try(lease: Lease, picks: tuple[allocation.MigPick, ...], now: datetime) -> int:
+    start, end = now, now + (lease.end_at - lease.start_at)
+    model = picks[0].model
+    try:
+        with transaction.atomic():
+            quota = quota_for(lease.tenant, model)
+            if quota is not None and (gpus_held(lease.tenant, model, start, end)
+                                      + Decimal(str(lease.total_gpus)) > quota.max_gpus):
+                _wait(lease, "quota")
+                return 0
+            _write(lease, picks, start, end)
+            desired.ensure_partition(lease.tenant)
+            lease.start_at, lease.end_at, lease.gpu_model = start, end, model
+            lease.wait_reason, lease.earliest_start = "", None
+            provisioning.start(lease, now, fields=("start_at", "end_at", "gpu_model",
+                                                    "wait_reason", "earliest_start"),
+                               data={"mig": [[p.node, p.index, p.profile, p.start]
+                                             for p in picks], "model": model})
+            notify.lease_changed(lease)
+            return 1
+    except IntegrityError as exc:
+        log.warning("MIG placement of %s lost a race (%s); it stays queued", lease.pk, exc)
+        return 0
+
+
+def _write(lease: Lease, picks: tuple[allocation.MigPick, ...], start: datetime,
+           end: datetime) -> None:
+    gpus = {(g.node.hostname, g.index): g for g in Gpu.objects.select_related("node").filter(
+        node__hostname__in={p.node for p in picks})}
+    for pick in picks:
+        gpu = gpus[(pick.node, pick.index)]
+        size = allocation.mig_slices(pick.model, pick.profile)
+        rows = Allocation.objects.bulk_create(
+            Allocation(lease=lease, gpu=gpu, node_id=gpu.node_id, slot=slot, start_at=start,
+                       end_at=end, mig=True) for slot in range(pick.start, pick.start + size))
+        MigInstance.objects.create(lease=lease, allocation=rows[0], gpu=gpu,
+                                   profile=pick.profile, start=pick.start, size=size)

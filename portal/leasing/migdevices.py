@@ -1,0 +1,50 @@
+"""The ``MIG-…`` UUIDs of the lease's instances, as the nodes' agents report them (ADR 0222).
+
+An agent reports per managed GPU the instances it holds (``observed["mig"]``: profile,
+start slot, GPU instance id, UUID). Each report that changes the node's observed state
+records the UUIDs on the matching live ``MigInstance`` rows (same GPU, start and
+profile); a MIG lease becomes ACTIVE only once every instance of it has one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from portal.fleet.models import NodeObservedState
+from portal.leasing.models import Lease, MigInstance
+
+
+def _reported(node_id: int) -> dict[tuple[int, int, str], dict[str, Any]]:
+    row = NodeObservedState.objects.filter(node_id=node_id).only("document").first()
+    out: dict[tuple[int, int, str], dict[str, Any]] = {}
+    for gpu in (row.document.get("mig") or []) if row else []:
+        if not isinstance(gpu, dict) or not isinstance(gpu.get("gpu_index"), int):
+            continue
+        for inst in gpu.get("instances") or []:
+            if isinstance(inst, dict) and isinstance(inst.get("start"), int) \
+                    and isinstance(inst.get("uuid"), str) and inst["uuid"].startswith("MIG-"):
+                out[(gpu["gpu_index"], inst["start"], str(inst.get("profile")))] = inst
+    return out
+
+
+def record_uuids(node_id: int) -> int:
+    """Store the reported UUIDs on the node's live instances; how many changed."""
+    reported = _reported(node_id)
+    changed = 0
+    for inst in MigInstance.objects.filter(gpu__node_id=node_id, allocation__live=True
+                                           ).select_related("gpu"):
+        seen = reported.get((inst.gpu.index, inst.start, inst.profile))
+        uuid = seen["uuid"][:64] if seen else ""
+        gi = seen.get("gpu_instance_id") if seen else None
+        gi = gi if isinstance(gi, int) and not isinstance(gi, bool) and 0 <= gi < 2**31 else None
+        if (inst.uuid, inst.gpu_instance_id) != (uuid, gi):
+            inst.uuid, inst.gpu_instance_id = uuid, gi
+            inst.save(update_fields=["uuid", "gpu_instance_id"])
+            changed += 1
+    return changed
+
+
+def ready(lease: Lease) -> bool:
+    """Every live instance of a MIG lease has its UUID (a plain lease: always)."""
+    if not lease.mig_profile:
+        return True
+    return not MigInstance.objects.filter(lease=lease, allocation__live=True, uuid="").exists()
