@@ -18,6 +18,8 @@ Version = tuple[int, int, int]
 FEATURES: dict[str, Version] = {
     # desired ``validation`` {"id", "level"} -> observed ``validation`` (issue 27)
     "validation": (0, 2, 0),
+    # desired ``mig`` layout per GPU and ``mig_devices`` per grant (issue 28)
+    "mig": (0, 2, 0),
 }
 
 _VERSION = re.compile(r"^\s*v?(\d{1,4})\.(\d{1,4})(?:\.(\d{1,4}))?")

@@ -21,7 +21,7 @@ from django.db.models import Count, Q
 
 import scheduler as core
 from portal.core import clock
-from portal.fleet import intervals
+from portal.fleet import intervals, protocol
 from portal.fleet.lifecycle import OFFERED
 from portal.fleet.selectors import unreachable_node_ids
 from portal.inventory.models import Gpu, HcaPort, MigMode, Node, SwitchLink
@@ -465,13 +465,15 @@ def _mig_gpus(now: datetime) -> list[migplace.MigGpu]:
     unreachable = _unreachable()
     out = []
     for pk, hostname, index, model, own, node_mode, health, service, state, node_service, \
-            node_pk in Gpu.objects.order_by("node__hostname", "index").values_list(
+            node_pk, agent in Gpu.objects.order_by("node__hostname", "index").values_list(
             "pk", "node__hostname", "index", "model", "mig_mode", "node__mig_mode", "health",
-            "service", "node__state", "node__service", "node_id"):
+            "service", "node__state", "node__service", "node_id", "node__agent_version"):
         healthy = (health == Gpu.Health.HEALTHY and service in OFFERED
                    and _offered_state(state, node_service) == core.NodeState.READY
                    and node_pk not in unreachable)
-        mode = migplace.DYNAMIC if (own or node_mode) == MigMode.DYNAMIC else migplace.WHOLE
+        # an agent of the previous release ignores the MIG layout: whole use only there
+        dynamic = (own or node_mode) == MigMode.DYNAMIC and protocol.supports(agent, "mig")
+        mode = migplace.DYNAMIC if dynamic else migplace.WHOLE
         out.append(migplace.MigGpu(node=hostname, index=index, model=model, mode=mode,
                                    plain=pk in plain, healthy=healthy,
                                    layout=tuple(sorted(layout.get(pk, ())))))

@@ -314,3 +314,18 @@ def test_quotas_count_instances_in_gpu_equivalents(mig_pool: dict[str, Any]) -> 
     with pytest.raises(ApplicationError) as err:
         order(mig_pool, 0)
     assert "gpu_count" in err.value.fields
+
+
+def test_a_node_of_an_old_agent_is_never_offered_for_mig(mig_pool: dict[str, Any]) -> None:
+    """N-1 (issue 31): an agent of the previous release (0.1.0) ignores the desired MIG
+    layout, so its node's GPUs are whole-only whatever their mode says: the order is
+    refused in words instead of timing out in provisioning."""
+    Node.objects.update(agent_version="0.1.0")
+    with pytest.raises(ApplicationError, match="offered for MIG"):
+        order(mig_pool, 0)
+    assert not Lease.objects.exists() and not MigInstance.objects.exists()
+    Node.objects.update(agent_version="0.2.0")  # upgraded
+    lease = order(mig_pool, 0)
+    drive()
+    lease.refresh_from_db()
+    assert lease.state == S.ACTIVE
