@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import subprocess
 import sys
 import threading
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.bench.http_fleet import HttpFleet
-from tests.bench.real_agents import start_fabric_agent
+from tests.bench.real_agents import _pct, _summary, start_fabric_agent
 from tests.portal.leasing.stack import PYTHON, ROOT, Stack, StackConfig, check_invariants
 
 TENANT = "b0"
@@ -68,16 +67,6 @@ class Run:
     stop: threading.Event = field(default_factory=threading.Event)
 
 
-def _pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(int(len(ordered) * p), len(ordered) - 1)]
-
-
-def _summary(values: list[float]) -> str:
-    if not values:
-        return "n=0"
-    return (f"p50 {statistics.median(values):.2f} s, p99 {_pct(values, 0.99):.2f} s, "
-            f"max {max(values):.2f} s (n={len(values)})")
 
 
 def _order(stack: Stack, body: dict[str, Any]) -> str | None:
