@@ -6,6 +6,7 @@ from portal.leasing.models import (
     Lease,
     LeaseEvent,
     LeaseFault,
+    MigInstance,
     Quota,
 )
 
@@ -68,6 +69,22 @@ class LeaseFaultAdmin(admin.ModelAdmin):
                     "resolution")
     list_filter = ("resolution",)
     search_fields = ("lease__id", "node__hostname", "cause")
+
+    def has_add_permission(self, request: object) -> bool:
+        return False
+
+    def has_change_permission(self, request: object, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(MigInstance)
+class MigInstanceAdmin(admin.ModelAdmin):
+    """MIG instances of leases (written by the MIG pass and the agents' reports only)."""
+
+    list_display = ("lease", "gpu", "profile", "start", "size", "uuid", "created")
+    list_filter = ("profile",)
+    search_fields = ("lease__id", "uuid", "gpu__uuid")
+    raw_id_fields = ("lease", "allocation", "gpu")
 
     def has_add_permission(self, request: object) -> bool:
         return False
