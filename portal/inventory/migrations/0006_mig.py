@@ -4,6 +4,9 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+    # One table per transaction: ACCESS EXCLUSIVE on gpu and node together deadlocks with
+    # running code (expand-only rule 4, docs/operations.md).
+    atomic = False
 
     dependencies = [
         ('inventory', '0005_service_lifecycle'),
