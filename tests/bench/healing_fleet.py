@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 from tests.bench.http_fleet import HttpFleet
 from tests.bench.real_agents import _pct, _summary, start_fabric_agent
 from tests.portal.leasing.stack import PYTHON, ROOT, Stack, StackConfig, check_invariants
@@ -69,11 +71,22 @@ class Run:
 
 
 
-def _order(stack: Stack, body: dict[str, Any]) -> str | None:
-    with stack.client() as c:
-        r = c.post("/api/v1/orders", json={"models": ["H100"], "duration_hours": "2", **body},
-                   headers={**stack.auth(TENANT), "Idempotency-Key": str(uuid.uuid4())})
-    return str(r.json()["id"]) if r.status_code == 201 else None
+def _order(stack: Stack, body: dict[str, Any], tries: int = 3) -> str | None:
+    """POST one order; a timed-out POST is sent again with the same Idempotency-Key (the
+    portal answers the first one's order, never a second)."""
+    key = str(uuid.uuid4())
+    for attempt in range(tries):
+        try:
+            with stack.client(timeout=60) as c:
+                r = c.post("/api/v1/orders",
+                           json={"models": ["H100"], "duration_hours": "2", **body},
+                           headers={**stack.auth(TENANT), "Idempotency-Key": key})
+        except httpx.TimeoutException:
+            if attempt == tries - 1:
+                raise
+            continue
+        return str(r.json()["id"]) if r.status_code in (200, 201) else None
+    return None
 
 
 def _fill(stack: Stack, nodes: int, fill: float) -> list[str]:
