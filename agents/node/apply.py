@@ -93,8 +93,8 @@ class NodeApplier:
         for account, grant in wanted.items():
             for index in grant.gpu_indices:
                 self.cleaning.pop(index, None)  # handed out again: the old check is history
-            grant = self._with_mig_environment(grant)
-            self._try(f"access_grants/{account}", lambda g=grant: self.access.apply(g))
+            self._try(f"access_grants/{account}",
+                      lambda g=grant: self.access.apply(self._with_mig_access(g)))
 
     def _mig(self) -> None:
         layout = layout_from_wire(self.desired.get("mig"))
@@ -104,18 +104,21 @@ class NodeApplier:
             return
         self.errors += self.mig.apply(layout)
 
-    def _with_mig_environment(self, grant: Grant) -> Grant:
-        """A MIG grant's account gets ``CUDA_VISIBLE_DEVICES``: its instances' UUIDs."""
+    def _with_mig_access(self, grant: Grant) -> Grant:
+        """A MIG grant reaches its instances only: their capability nodes in its device
+        allow-list, their UUIDs in ``CUDA_VISIBLE_DEVICES``. Until every instance is made
+        it gets neither (the parent GPU alone opens no MIG device), and an instance gone
+        takes its nodes with it at the next apply."""
         devices = self.mig_grants.get(grant.account, ())
         if not devices or self.mig is None:
             return grant
-        uuids = {(r.gpu_index, i.profile, i.start): i.uuid
-                 for r in self.mig.results.values() for i in r.instances if i.uuid}
-        if not all(d in uuids for d in devices):
-            return grant
+        instances = self.mig.instances_of(devices)
+        if instances is None:
+            return dataclasses.replace(grant, mig_caps=())
         env = dict(grant.environment)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids[d] for d in devices)
-        return dataclasses.replace(grant, environment=tuple(sorted(env.items())))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i.uuid) for i in instances)
+        return dataclasses.replace(grant, environment=tuple(sorted(env.items())),
+                                   mig_caps=self.mig.access_for(instances))
 
     def _teardown(self, account: str) -> None:
         """Revoke the grant (ends the account's processes), then clean its GPUs; a MIG
