@@ -24,6 +24,7 @@ from agents.node.ipoib import IpoibManager
 from agents.node.migapply import Device, MigApplier, devices_from_wire, layout_from_wire
 from agents.node.partitions import check_partitions
 from agents.node.validate import NodeValidator
+from agents.nvml.mig import MigInstance
 from agents.sysfs.infiniband import IbDevice, InfinibandCollector
 
 log = logging.getLogger("agents.node.apply")
@@ -198,6 +199,11 @@ class NodeApplier:
             if self.mig is not None and not self.mig.converged():
                 return False
             return set(self.access.present()) == set(self._wanted())
+
+    def mig_instances(self) -> list[MigInstance]:
+        """The node's MIG instances now (for ``/metrics``), read under the apply lock."""
+        with self._lock:
+            return self.mig.sample_instances() if self.mig is not None else []
 
     def observed(self) -> dict[str, Any]:
         with self._lock:

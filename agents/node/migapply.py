@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.host import HostCommands
-from agents.nvml import mig, migclean
+from agents.nvml import binding, mig, migclean
 from agents.nvml.migcaps import CapDevice, MigCapabilities
 
 log = logging.getLogger("agents.node.migapply")
@@ -146,6 +146,20 @@ class MigApplier:
             log.info("MIG instance cleaned" if done["clean"] else "MIG instance NOT clean",
                      extra={"gpu_index": index, "profile": profile, "start": start})
             out.append(done)
+        return out
+
+    def sample_instances(self) -> list[mig.MigInstance]:
+        """The instances of each managed GPU in MIG mode, read afresh (memory use now, for
+        ``/metrics``); the last reconcile's when NVML cannot be read."""
+        out: list[mig.MigInstance] = []
+        for index, result in sorted(self.results.items()):
+            if result.mode != "enabled":
+                continue
+            try:
+                handle = self.api.nvmlDeviceGetHandleByIndex(index)
+                out += mig.list_instances(self.api, handle, index)
+            except binding.NVMLError:
+                out += result.instances
         return out
 
     def observed(self) -> list[dict[str, Any]]:
