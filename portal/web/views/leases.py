@@ -185,7 +185,7 @@ def _added_cost(lease: Any, old_end: datetime) -> str:
     amount, currency = estimate(tenant=lease.tenant, gpu_model=lease.gpu_model or
                                 next(iter(lease.allowed_models or []), ""),
                                 priority=lease.priority, gpus=money["gpus"], start=old_end,
-                                end=lease.end_at)
+                                end=lease.end_at, mig_profile=lease.mig_profile)
     return _("%(amount)s %(currency)s added.") % {"amount": f"{amount:,.2f}",
                                                  "currency": currency}
 
