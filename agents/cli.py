@@ -30,6 +30,7 @@ from agents.nvml import binding
 from agents.nvml.collector import NvmlCollector
 from agents.nvml.fake import FakeNvml
 from agents.nvml.faults import FaultFile
+from agents.nvml.migcaps import MigCapabilities
 from agents.nvml.xid import XidWatcher
 from agents.sysfs.infiniband import InfinibandCollector
 from agents.telemetry import Sampler, to_wire
@@ -123,7 +124,20 @@ def build_applier(hw: dict[str, Any], sampler: Sampler, api: Any) -> NodeApplier
                        managers.get(hw["ipoib"]), hw["ipoib_parent"],
                        cleaner=GpuCleaner(api, host),
                        validator=build_validator(hw, sampler, host),
-                       mig=MigApplier(api, host) if api is not None else None)  # fmt: skip
+                       mig=MigApplier(api, host, caps=mig_capabilities(hw, api))
+                       if api is not None else None)  # fmt: skip
+
+
+def mig_capabilities(hw: dict[str, Any], api: Any) -> MigCapabilities | None:
+    """Where the driver's MIG capability files are read: the proc root on a node; the
+    fake NVML publishes its own under a sandboxed access root (none on the real root)."""
+    if not isinstance(api, FakeNvml):
+        return MigCapabilities(hw["proc_root"])
+    root = Path(hw["access_root"])
+    if root.resolve() == Path("/"):
+        return None
+    api.attach_caps(root / "proc")
+    return MigCapabilities(root / "proc")
 
 
 def build_validator(hw: dict[str, Any], sampler: Sampler, host: Any) -> NodeValidator:
@@ -206,8 +220,10 @@ def _run(agent: NodeAgent, cfg: dict[str, dict[str, Any]], watcher: XidWatcher |
     coll = SampleCollector()
     systemd = sdnotify.Notifier()
 
+    mig_now = getattr(agent.applier, "mig_instances", list)  # the fabric has none
+
     def on_sample(sample: Any) -> None:  # each sample proves the loop alive: ping systemd
-        coll.set(sample)
+        coll.set(sample, mig=mig_now())
         systemd.watchdog()
 
     agent.on_sample = on_sample

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from agents.migmetrics import mig_fb_samples, mig_info_family
 from agents.nvml.collector import GpuSample
+from agents.nvml.mig import MigInstance
 from agents.sysfs.infiniband import IbDevice, IbPort
 from agents.telemetry import NodeSample
 
@@ -80,11 +82,16 @@ def _dcgm_family(name: str, kind: str, doc: str) -> Metric:
     return Metric(name, doc, "counter" if kind == "counter" else "gauge")
 
 
-def gpu_families(sample: NodeSample) -> Iterator[Metric]:
+def gpu_families(sample: NodeSample, mig: Sequence[MigInstance] = ()) -> Iterator[Metric]:
+    """dcgm-exporter's GPU families; a MIG instance's framebuffer series join their
+    family with its ``GPU_I_PROFILE``/``GPU_I_ID`` labels (``agents.migmetrics``)."""
     host = sample.host.hostname
     readable = [g for g in sample.gpus.gpus if g.uuid is not None]
+    per_instance = mig_fb_samples(mig, sample.gpus.gpus, host)
     for name, kind, doc, attr, scale in DCGM:
         fam = _dcgm_family(name, kind, doc)
+        for labels, mig_value in per_instance.get(name, []):
+            fam.add_sample(name, labels, mig_value)
         for gpu in readable:
             value = getattr(gpu, attr)
             if attr == "last_xid" and value is None and not gpu.lost:
@@ -93,6 +100,8 @@ def gpu_families(sample: NodeSample) -> Iterator[Metric]:
                 fam.add_sample(name, dict(zip(DCGM_LABELS, _gpu_labels(gpu, host), strict=True)),
                                float(value) * scale)  # fmt: skip
         yield fam
+    if mig:
+        yield mig_info_family(mig, sample.gpus.gpus, host)
     yield from _gpu_health(sample)
 
 
@@ -177,17 +186,19 @@ class SampleCollector(Collector):
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._sample: NodeSample | None = None
+        self._mig: list[MigInstance] = []
 
-    def set(self, sample: NodeSample) -> None:
+    def set(self, sample: NodeSample, mig: Sequence[MigInstance] = ()) -> None:
+        """The latest sample and the MIG instances read with it."""
         with self._lock:
-            self._sample = sample
+            self._sample, self._mig = sample, list(mig)
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
-            sample = self._sample
+            sample, mig = self._sample, self._mig
         if sample is None:
             return
-        yield from gpu_families(sample)
+        yield from gpu_families(sample, mig)
         yield from ib_families(sample.ib)
 
 

@@ -8,6 +8,12 @@ login only), ``home/<account>/.ssh/authorized_keys``, ``etc/gpupool/leases/<acco
 ``etc/profile.d/gpupool-lease.sh``), ``etc/gpupool/leases/<account>.devices`` (device
 cgroup allow-list) and a systemd drop-in ``user-<uid>.slice.d/50-gpupool.conf``
 (``DevicePolicy=closed`` + ``DeviceAllow=``) that enforces it for every login session.
+
+A MIG grant (issue 28) also allows exactly its instances' GPU-instance and
+compute-instance capability nodes (``/dev/nvidia-caps/nvidia-capN``, read-only, as the
+driver publishes them: ``agents.nvml.migcaps``) and no other ``nvidia-cap``: the parent
+``/dev/nvidiaN`` alone opens no MIG device, so another tenant's instances on the same GPU
+stay out of reach. The ``.devices`` list names them by major:minor (``c 237:12 r``).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from typing import Any, Protocol
 
 from agents.client.spool import atomic_write
 from agents.host import HostCommands, host_for_root
+from agents.nvml.migcaps import CapDevice
 from agents.protocol import ENV_NAME_RE, ENV_VALUE_RE
 
 MARKER = "gpupool-lease"
@@ -44,6 +51,9 @@ class Grant:
     not_after: float | None = None  # epoch seconds; the agent removes the grant then
     # extra variables for the account (NCCL_IB_HCA, UCX_NET_DEVICES, …), shell-safe only
     environment: tuple[tuple[str, str], ...] = ()
+    # the MIG instances' capability nodes (set by the agent from its own instances, never
+    # from the wire: the portal names instances, the driver names their nodes)
+    mig_caps: tuple[CapDevice, ...] = ()
 
     @classmethod
     def from_wire(cls, d: dict[str, Any]) -> Grant:
@@ -95,6 +105,10 @@ class FakeAccess:
     def gpu_indices(self, account: str) -> list[int]:
         grant = self.grants.get(account)
         return list(grant.gpu_indices) if grant else []
+
+    def cap_minors(self, account: str) -> list[int]:
+        grant = self.grants.get(account)
+        return sorted(c.minor for c in grant.mig_caps) if grant else []
 
 
 def terminate_user(host: HostCommands, account: str) -> None:
@@ -195,23 +209,35 @@ class FileAccess:
         nodes = ["/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools"] + [
             f"/dev/nvidia{i}" for i in sorted(grant.gpu_indices)
         ]
+        caps = sorted(set(grant.mig_caps), key=lambda c: c.minor)
         allow = [f"c {NVIDIA_MAJOR}:{i} rw" for i in sorted(grant.gpu_indices)]
         allow.append(f"c {NVIDIA_MAJOR}:255 rw")  # nvidiactl
+        allow += [f"c {c.major}:{c.minor} r" for c in caps]
         atomic_write(self._p(f"etc/gpupool/leases/{grant.account}.devices"),
                      "".join(a + "\n" for a in allow), 0o644)  # fmt: skip
         dropin = self._p(f"etc/systemd/system/user-{uid}.slice.d/50-gpupool.conf")
         dropin.parent.mkdir(parents=True, exist_ok=True)
         body = "[Slice]\nDevicePolicy=closed\n" + "".join(f"DeviceAllow={n} rw\n" for n in nodes)
+        body += "".join(f"DeviceAllow={c.path} r\n" for c in caps)
         atomic_write(dropin, f"# gpupool lease {grant.lease_id}\n" + body, 0o644)
+
+    def _allowed(self, account: str) -> list[tuple[int, int]]:
+        """(major, minor) of each char device in the account's allow-list."""
+        out: list[tuple[int, int]] = []
+        for line in self._lines(f"etc/gpupool/leases/{account}.devices"):
+            major, _, minor = [*line.split(), "", ""][1].partition(":")
+            if major.isdigit() and minor.isdigit():
+                out.append((int(major), int(minor)))
+        return out
 
     def gpu_indices(self, account: str) -> list[int]:
         """The GPUs the account was given, from its device allow-list (``c 195:N rw``)."""
-        out: list[int] = []
-        for line in self._lines(f"etc/gpupool/leases/{account}.devices"):
-            _, _, minor = [*line.split(), "", ""][1].partition(":")
-            if minor.isdigit() and int(minor) != 255:
-                out.append(int(minor))
-        return out
+        return [minor for major, minor in self._allowed(account)
+                if major == NVIDIA_MAJOR and minor != 255]
+
+    def cap_minors(self, account: str) -> list[int]:
+        """The ``nvidia-cap`` minors the account was given (every other major)."""
+        return sorted(minor for major, minor in self._allowed(account) if major != NVIDIA_MAJOR)
 
     def revoke(self, account: str) -> None:
         if account not in self.present():

@@ -24,6 +24,7 @@ from agents.node.ipoib import IpoibManager
 from agents.node.migapply import Device, MigApplier, devices_from_wire, layout_from_wire
 from agents.node.partitions import check_partitions
 from agents.node.validate import NodeValidator
+from agents.nvml.mig import MigInstance
 from agents.sysfs.infiniband import IbDevice, InfinibandCollector
 
 log = logging.getLogger("agents.node.apply")
@@ -93,8 +94,8 @@ class NodeApplier:
         for account, grant in wanted.items():
             for index in grant.gpu_indices:
                 self.cleaning.pop(index, None)  # handed out again: the old check is history
-            grant = self._with_mig_environment(grant)
-            self._try(f"access_grants/{account}", lambda g=grant: self.access.apply(g))
+            self._try(f"access_grants/{account}",
+                      lambda g=grant: self.access.apply(self._with_mig_access(g)))
 
     def _mig(self) -> None:
         layout = layout_from_wire(self.desired.get("mig"))
@@ -104,18 +105,21 @@ class NodeApplier:
             return
         self.errors += self.mig.apply(layout)
 
-    def _with_mig_environment(self, grant: Grant) -> Grant:
-        """A MIG grant's account gets ``CUDA_VISIBLE_DEVICES``: its instances' UUIDs."""
+    def _with_mig_access(self, grant: Grant) -> Grant:
+        """A MIG grant reaches its instances only: their capability nodes in its device
+        allow-list, their UUIDs in ``CUDA_VISIBLE_DEVICES``. Until every instance is made
+        it gets neither (the parent GPU alone opens no MIG device), and an instance gone
+        takes its nodes with it at the next apply."""
         devices = self.mig_grants.get(grant.account, ())
         if not devices or self.mig is None:
             return grant
-        uuids = {(r.gpu_index, i.profile, i.start): i.uuid
-                 for r in self.mig.results.values() for i in r.instances if i.uuid}
-        if not all(d in uuids for d in devices):
-            return grant
+        instances = self.mig.instances_of(devices)
+        if instances is None:
+            return dataclasses.replace(grant, mig_caps=())
         env = dict(grant.environment)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(uuids[d] for d in devices)
-        return dataclasses.replace(grant, environment=tuple(sorted(env.items())))
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i.uuid) for i in instances)
+        return dataclasses.replace(grant, environment=tuple(sorted(env.items())),
+                                   mig_caps=self.mig.access_for(instances))
 
     def _teardown(self, account: str) -> None:
         """Revoke the grant (ends the account's processes), then clean its GPUs; a MIG
@@ -195,6 +199,11 @@ class NodeApplier:
             if self.mig is not None and not self.mig.converged():
                 return False
             return set(self.access.present()) == set(self._wanted())
+
+    def mig_instances(self) -> list[MigInstance]:
+        """The node's MIG instances now (for ``/metrics``), read under the apply lock."""
+        with self._lock:
+            return self.mig.sample_instances() if self.mig is not None else []
 
     def observed(self) -> dict[str, Any]:
         with self._lock:

@@ -6,6 +6,10 @@ GPU the portal manages; a GPU not listed is left alone. An instance whose grant 
 down is cleaned on its own (``agents.nvml.migclean``: its processes ended, destroyed and
 made again, verified) — never the whole GPU, whose other instances belong to other
 tenants — before the next reconcile destroys it (no longer desired).
+
+A grant reaches its instances through their capability nodes (``access_for``: the GPU
+instance's and compute instance's ``nvidia-cap`` read from the driver's proc files, each
+node made with ``nvidia-modprobe -f`` as the driver's tools make them), never another's.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agents.host import HostCommands
-from agents.nvml import mig, migclean
+from agents.nvml import binding, mig, migclean
+from agents.nvml.migcaps import CapDevice, MigCapabilities
 
 log = logging.getLogger("agents.node.migapply")
 
@@ -49,8 +54,9 @@ class MigApplier:
     """Keeps each managed GPU at its desired MIG layout through NVML (the fake in tests)."""
 
     def __init__(self, api: Any, host: HostCommands | None = None,
-                 sleep: Callable[[float], None] | None = None) -> None:
-        self.api, self.host, self.sleep = api, host, sleep
+                 sleep: Callable[[float], None] | None = None,
+                 caps: MigCapabilities | None = None) -> None:
+        self.api, self.host, self.sleep, self.caps = api, host, sleep, caps
         self.desired: Layout = {}
         self.results: dict[int, mig.MigResult] = {}
 
@@ -92,6 +98,37 @@ class MigApplier:
                 return False
         return True
 
+    def instances_of(self, devices: tuple[Device, ...]) -> list[mig.MigInstance] | None:
+        """The made instances (UUID and compute instance known) of ``devices``, in order;
+        ``None`` while any of them is not made yet."""
+        made = {(r.gpu_index, i.profile, i.start): i for r in self.results.values()
+                for i in r.instances if i.uuid and i.compute_instance_id is not None}
+        if not all(d in made for d in devices):
+            return None
+        return [made[d] for d in devices]
+
+    def access_for(self, instances: list[mig.MigInstance]) -> tuple[CapDevice, ...]:
+        """The capability nodes that reach exactly ``instances`` (``CapsUnreadable`` when
+        the driver's files are not there); none when this applier reads no capabilities."""
+        if self.caps is None:
+            return ()
+        out: list[CapDevice] = []
+        for inst in instances:
+            assert inst.compute_instance_id is not None  # instances_of gives made ones only
+            out += self.caps.instance(inst.gpu_index, inst.gpu_instance_id,
+                                      inst.compute_instance_id)
+        for cap in out:
+            self._make_node(cap)
+        return tuple(out)
+
+    def _make_node(self, cap: CapDevice) -> None:
+        if self.host is None:
+            return
+        done = self.host.run(["nvidia-modprobe", "-f", cap.proc_path])
+        if done.returncode != 0:
+            log.warning("nvidia-modprobe could not make a capability node",
+                        extra={"node": cap.path, "error": done.stderr.strip()})
+
     def clean(self, devices: tuple[Device, ...]) -> list[dict[str, Any]]:
         """Clean the instances a torn-down grant held (each on its own)."""
         out: list[dict[str, Any]] = []
@@ -109,6 +146,20 @@ class MigApplier:
             log.info("MIG instance cleaned" if done["clean"] else "MIG instance NOT clean",
                      extra={"gpu_index": index, "profile": profile, "start": start})
             out.append(done)
+        return out
+
+    def sample_instances(self) -> list[mig.MigInstance]:
+        """The instances of each managed GPU in MIG mode, read afresh (memory use now, for
+        ``/metrics``); the last reconcile's when NVML cannot be read."""
+        out: list[mig.MigInstance] = []
+        for index, result in sorted(self.results.items()):
+            if result.mode != "enabled":
+                continue
+            try:
+                handle = self.api.nvmlDeviceGetHandleByIndex(index)
+                out += mig.list_instances(self.api, handle, index)
+            except binding.NVMLError:
+                out += result.instances
         return out
 
     def observed(self) -> list[dict[str, Any]]:

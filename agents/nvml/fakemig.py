@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from agents.nvml import binding
+from agents.nvml import binding, fakecaps
 from agents.nvml.migstructs import (
     ComputeInstanceInfo,
     ComputeInstanceProfileInfo,
@@ -84,6 +85,20 @@ class FakeMigMixin:
     _dev: Any
 
     # --- test controls -------------------------------------------------------------
+    def attach_caps(self, proc_root: Path) -> None:
+        """Publish the MIG capability files under ``proc_root`` as the driver does under
+        ``/proc`` (``fakecaps``), kept up to date as instances come and go."""
+        self.__dict__["_caps_root"] = Path(proc_root)
+        for gpu in self.gpus:
+            self._publish_caps(gpu)
+
+    def _publish_caps(self, gpu: Any) -> None:
+        root = self.__dict__.get("_caps_root")
+        if root is None or gpu.model.name not in BOARDS:
+            return
+        instances = {gi.id: sorted(gi.compute) for gi in self._mig(gpu).instances.values()}
+        fakecaps.write_gpu(root, gpu.index, instances if gpu.mig_mode else None)
+
     def _mig(self, gpu: Any) -> _MigState:
         states: dict[int, _MigState] = self.__dict__.setdefault("_mig_states", {})
         return states.setdefault(gpu.index, _MigState(pending=gpu.mig_mode))
@@ -96,6 +111,7 @@ class FakeMigMixin:
             gi.destroyed = True
         state.instances.clear()
         gpu.mig_mode = state.pending
+        self._publish_caps(gpu)
 
     def mig_fail_next(self, function: str, code: int) -> None:
         """Make the next call of ``function`` fail with NVML error ``code``."""
@@ -143,6 +159,7 @@ class FakeMigMixin:
         if any(p.gpu_index == gpu.index for p in self.processes.values()):
             return binding.NVML_ERROR_IN_USE
         gpu.mig_mode = mode
+        self._publish_caps(gpu)
         return 0
 
     # --- profiles and placements ---------------------------------------------------
@@ -194,6 +211,7 @@ class FakeMigMixin:
             raise _fail(binding.NVML_ERROR_INSUFFICIENT_RESOURCES)
         gi_id = min(set(range(1, 64)) - set(state.instances))
         state.instances[gi_id] = FakeGpuInstance(gpu, gi_id, p, where.start)
+        self._publish_caps(gpu)
         return state.instances[gi_id]
 
     def nvmlDeviceGetGpuInstanceById(self, h: Any, gpuInstanceId: int) -> FakeGpuInstance:
@@ -217,6 +235,7 @@ class FakeMigMixin:
             raise _fail(binding.NVML_ERROR_IN_USE)
         gi.destroyed = True
         del self._mig(gi.gpu).instances[gi.id]
+        self._publish_caps(gi.gpu)
         return 0
 
     # --- compute instances ---------------------------------------------------------
@@ -240,6 +259,7 @@ class FakeMigMixin:
             raise _fail(binding.NVML_ERROR_INSUFFICIENT_RESOURCES)
         ci_id = min(set(range(8)) - set(gi.compute))
         gi.compute[ci_id] = FakeComputeInstance(gi, ci_id, profileId)
+        self._publish_caps(gi.gpu)
         return gi.compute[ci_id]
 
     def nvmlGpuInstanceGetComputeInstanceById(self, gpuInstance: Any,
@@ -266,6 +286,7 @@ class FakeMigMixin:
             raise _fail(binding.NVML_ERROR_IN_USE)
         ci.destroyed = True
         del ci.gi.compute[ci.id]
+        self._publish_caps(ci.gi.gpu)
         return 0
 
     # --- MIG devices ---------------------------------------------------------------

@@ -31,8 +31,9 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 class PriceAdmin(ReadOnlyAdmin):
     """Prices are added through the console's services (never retroactive)."""
 
-    list_display = ("gpu_model", "priority", "unit_price", "currency", "effective_from")
-    list_filter = ("gpu_model", "priority", "currency")
+    list_display = ("gpu_model", "mig_profile", "priority", "unit_price", "currency",
+                    "effective_from")
+    list_filter = ("gpu_model", "mig_profile", "priority", "currency")
 
 
 @admin.register(TenantContract)

@@ -121,7 +121,7 @@ def _values(lease: Lease, book: PriceBook, span: tuple, closed: bool,
     seconds = int((used_to - used_from).total_seconds())
     gpus = lease_gpus(lease)
     failed = min(failed_gpu_seconds(down or [], used_from, used_to), gpus * seconds)
-    rate = book.rate(lease.gpu_model, lease.priority, period_start)
+    rate = book.rate(lease.gpu_model, lease.priority, period_start, lease.mig_profile)
     return {"period_end": period_end, "used_from": used_from, "used_to": used_to,
             "seconds": seconds, "gpus": gpus, "gpu_model": lease.gpu_model,
             "priority": lease.priority, "currency": rate.currency,

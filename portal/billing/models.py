@@ -16,31 +16,42 @@ UNIT_PRICE = {"max_digits": 12, "decimal_places": 4}
 
 
 class Price(models.Model):
-    """List price per GPU-hour for a GPU model ('' = any model) and priority class.
+    """List price per GPU-hour for a GPU model ('' = any model) and priority class; with a
+    ``mig_profile``, the price per instance-hour of that MIG profile of the model, which
+    overrides the one derived from its slice share (ADR 0222, 0233).
 
     Rows are effective-dated: a row applies from ``effective_from`` (on an hour boundary)
     until the next row for the same key. Rows are never edited, only added for the future.
     """
 
     gpu_model = models.CharField(max_length=32, blank=True, default="")
+    mig_profile = models.CharField(
+        max_length=16, blank=True, default="", db_default="",
+        help_text="a MIG profile of the model (1g.10gb …): the price per instance-hour; "
+                  "empty: per GPU-hour")
     priority = models.CharField(max_length=16, choices=Priority.choices)
     currency = models.CharField(max_length=3, default="USD")
-    unit_price = models.DecimalField(**UNIT_PRICE, help_text="per GPU-hour")
+    unit_price = models.DecimalField(**UNIT_PRICE, help_text="per GPU-hour (per instance-hour "
+                                                             "with a MIG profile)")
     effective_from = models.DateTimeField()
     created = models.DateTimeField(auto_now_add=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.SET_NULL,
                                    null=True, blank=True, related_name="+")
 
     class Meta:
-        ordering = ["currency", "gpu_model", "priority", "effective_from"]
+        ordering = ["currency", "gpu_model", "mig_profile", "priority", "effective_from"]
         constraints = [
-            models.UniqueConstraint(fields=["gpu_model", "priority", "currency",
+            models.UniqueConstraint(fields=["gpu_model", "mig_profile", "priority", "currency",
                                             "effective_from"], name="price_unique_key_date"),
+            models.CheckConstraint(condition=Q(mig_profile="") | ~Q(gpu_model=""),
+                                   name="price_mig_profile_has_model"),
             models.CheckConstraint(condition=Q(unit_price__gte=0), name="price_not_negative"),
         ]
 
     def __str__(self) -> str:
-        return f"{self.gpu_model or '*'} {self.priority} {self.unit_price} {self.currency}"
+        what = f"{self.gpu_model} {self.mig_profile}" if self.mig_profile else \
+            self.gpu_model or "*"
+        return f"{what} {self.priority} {self.unit_price} {self.currency}"
 
 
 class TenantContract(models.Model):

@@ -23,6 +23,7 @@ from django.utils.translation import gettext as _
 
 from portal.billing.models import Price, TenantContract
 from portal.core.errors import ApplicationError
+from portal.leasing.allocation import mig_share_milli
 from portal.tenants.models import Tenant
 
 CENT = Decimal("0.01")
@@ -115,7 +116,7 @@ class PriceBook:
                 at: datetime) -> Decimal | None:
         best: Price | None = None
         for row in rows:  # newest first
-            if row.priority != priority or row.effective_from > at:
+            if row.priority != priority or row.effective_from > at or row.mig_profile:
                 continue
             if row.gpu_model == gpu_model:
                 return Decimal(row.unit_price)
@@ -135,6 +136,40 @@ class PriceBook:
             return base
         return (base * fx_rate(self.currency)).quantize(UNIT, rounding=ROUND_HALF_UP)
 
+    @staticmethod
+    def _profile_lookup(rows: list[Price], gpu_model: str, mig_profile: str, priority: str,
+                        at: datetime) -> Decimal | None:
+        for row in rows:  # newest first
+            if (row.gpu_model, row.mig_profile, row.priority) == (gpu_model, mig_profile,
+                                                                  priority) \
+                    and row.effective_from <= at:
+                return Decimal(row.unit_price)
+        return None
+
+    def profile_price(self, gpu_model: str, mig_profile: str, priority: str,
+                      at: datetime) -> Decimal | None:
+        """The explicit price per instance-hour of a MIG profile (tenant currency, else
+        the base row converted); None: derived from the slice share (ADR 0222)."""
+        own = self._profile_lookup(self.prices, gpu_model, mig_profile, priority, at)
+        if own is not None:
+            return own
+        base = self._profile_lookup(self.base_prices, gpu_model, mig_profile, priority, at)
+        if base is None or self.currency == self.base:
+            return base
+        return (base * fx_rate(self.currency)).quantize(UNIT, rounding=ROUND_HALF_UP)
+
+    def listed(self, gpu_model: str, priority: str, at: datetime,
+               mig_profile: str = "") -> Decimal:
+        """The list price per GPU-hour, or per GPU equivalent of a MIG instance: an
+        explicit profile price divided by the profile's share, so that a lease of ``n``
+        instances (``n`` × share GPUs) costs ``n`` × the profile price (ADR 0233)."""
+        if mig_profile:
+            per_instance = self.profile_price(gpu_model, mig_profile, priority, at)
+            share = mig_share_milli(gpu_model, mig_profile) if per_instance is not None else 0
+            if per_instance is not None and share:
+                return (per_instance * 1000 / share).quantize(UNIT, rounding=ROUND_HALF_UP)
+        return self.list_price(gpu_model, priority, at)
+
     def contract(self, gpu_model: str, priority: str, at: datetime) -> TenantContract | None:
         found = [c for c in self.contracts
                  if c.gpu_model in ("", gpu_model) and c.priority in ("", priority)
@@ -143,8 +178,8 @@ class PriceBook:
                    reverse=True)
         return found[0] if found else None
 
-    def rate(self, gpu_model: str, priority: str, at: datetime) -> Rate:
-        listed = self.list_price(gpu_model, priority, at)
+    def rate(self, gpu_model: str, priority: str, at: datetime, mig_profile: str = "") -> Rate:
+        listed = self.listed(gpu_model, priority, at, mig_profile)
         contract = self.contract(gpu_model, priority, at)
         if contract is None:
             unit = listed
@@ -157,8 +192,8 @@ class PriceBook:
 
 
 def estimate(*, tenant: Tenant, gpu_model: str, priority: str, gpus: Decimal,
-             start: datetime, end: datetime,
-             book: PriceBook | None = None) -> tuple[Decimal, str]:
+             start: datetime, end: datetime, book: PriceBook | None = None,
+             mig_profile: str = "") -> tuple[Decimal, str]:
     """What a lease of ``gpus`` GPUs during [start, end) costs at today's book: the exact
     amount over every hour's rate, rounded once to the cent (amount, currency).
 
@@ -169,11 +204,12 @@ def estimate(*, tenant: Tenant, gpu_model: str, priority: str, gpus: Decimal,
     exact = Decimal(0)
     for period_start, _end, used_from, used_to in hours(start, end):
         micros = Decimal((used_to - used_from) // timedelta(microseconds=1))
-        rate = book.rate(gpu_model, priority, period_start)
+        rate = book.rate(gpu_model, priority, period_start, mig_profile)
         exact += Decimal(gpus) * micros * rate.unit_price / Decimal(3600 * 10**6)
     return money(exact), book.currency
 
 
-def unit_price(*, tenant: Tenant, gpu_model: str, priority: str, at: datetime) -> Rate:
+def unit_price(*, tenant: Tenant, gpu_model: str, priority: str, at: datetime,
+               mig_profile: str = "") -> Rate:
     """The rate per GPU-hour at ``at`` (what the quote and the lease page show)."""
-    return PriceBook(tenant).rate(gpu_model, priority, at)
+    return PriceBook(tenant).rate(gpu_model, priority, at, mig_profile)

@@ -17,6 +17,7 @@ from portal.billing.pricing import money
 from portal.core import clock
 from portal.core.errors import ApplicationError, Conflict
 from portal.core.services import audit_record
+from portal.leasing.allocation import mig_profiles
 from portal.tenants.models import Tenant
 
 
@@ -28,17 +29,26 @@ def _on_hour(at: datetime, name: str) -> None:
 
 @transaction.atomic
 def price_create(*, actor: Any, gpu_model: str, priority: str, unit_price: Decimal,
-                 effective_from: datetime, currency: str = "USD") -> Price:
-    """Add a list price from ``effective_from`` on; never in the past (not retroactive)."""
+                 effective_from: datetime, currency: str = "USD",
+                 mig_profile: str = "") -> Price:
+    """Add a list price from ``effective_from`` on; never in the past (not retroactive).
+    With ``mig_profile`` (one of the model's profiles) it is the price per instance-hour of
+    that profile, over the one derived from its slice share (ADR 0233)."""
     _on_hour(effective_from, "effective_from")
+    if mig_profile and mig_profile not in mig_profiles(gpu_model):
+        raise ApplicationError(_("Not a MIG profile of this GPU model."),
+                               fields={"mig_profile": [_("not a MIG profile of %(model)s")
+                                                       % {"model": gpu_model or "*"}]})
     if effective_from < clock.now():
         raise ApplicationError(_("A price cannot take effect in the past."),
                                fields={"effective_from": [_("is in the past")]})
-    price = Price.objects.create(gpu_model=gpu_model, priority=priority, currency=currency,
+    price = Price.objects.create(gpu_model=gpu_model, mig_profile=mig_profile,
+                                 priority=priority, currency=currency,
                                  unit_price=Decimal(unit_price), effective_from=effective_from,
                                  created_by=actor if getattr(actor, "pk", None) else None)
     audit_record(actor=actor, action="billing.price_create", obj=price,
-                 changes={"unit_price": str(price.unit_price), "from": effective_from.isoformat()})
+                 changes={"unit_price": str(price.unit_price), "from": effective_from.isoformat(),
+                          **({"mig_profile": mig_profile} if mig_profile else {})})
     return price
 
 

@@ -130,7 +130,8 @@ def lease_money(lease: Any) -> dict[str, Any] | None:
         return None
     model = lease.gpu_model or next(iter(lease.allowed_models or []), "")
     book = PriceBook(lease.tenant)
-    rate = book.rate(model, lease.priority, lease.active_at or lease.start_at)
+    rate = book.rate(model, lease.priority, lease.active_at or lease.start_at,
+                     lease.mig_profile)
     usage = UsageRecord.objects.filter(lease=lease).aggregate(
         cost=Sum("cost"), open=Count("id", filter=Q(closed=False)))
     billed = usage["cost"]
@@ -143,7 +144,8 @@ def lease_money(lease: Any) -> dict[str, Any] | None:
         begin = lease.active_at or lease.start_at
         stop = max(lease.ended_at or lease.end_at, begin) if ended else lease.end_at
         cost = estimate(tenant=lease.tenant, gpu_model=model, priority=lease.priority,
-                        gpus=gpus, start=begin, end=stop, book=book)[0]
+                        gpus=gpus, start=begin, end=stop, book=book,
+                        mig_profile=lease.mig_profile)[0]
     return {"unit_price": rate.unit_price, "currency": rate.currency, "cost": cost,
             "billed": billed, "final": final, "ended": ended, "gpus": gpus,
             "hourly": (rate.unit_price * gpus).quantize(CENT)}

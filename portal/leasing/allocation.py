@@ -489,6 +489,20 @@ def schedule_mig(queue: list[Lease], now: datetime,
     return migplace.schedule(_mig_gpus(now), requests)
 
 
+def mig_replacement(lease: Lease, *, count: int, node: str | None, exclude: frozenset[str],
+                    now: datetime) -> tuple[migplace.MigPick, ...] | None:
+    """Where ``count`` failed MIG instances of a running lease go now: on ``node`` (a GPU
+    fault: beside its other instances) or on one node outside ``exclude`` (a node fault:
+    all its instances move); failed GPUs are unhealthy, so never chosen. None: no room."""
+    gpus = [g for g in _mig_gpus(now)
+            if (g.node == node if node is not None else g.node not in exclude)]
+    request = migplace.MigRequest(id=str(lease.pk), profile=lease.mig_profile, count=count,
+                                  models=frozenset([lease.gpu_model] if lease.gpu_model
+                                                   else lease.allowed_models))
+    answer = migplace.schedule(gpus, [request])[request.id]
+    return None if isinstance(answer, migplace.MigWait) else answer
+
+
 def mig_preview(lease: Lease, now: datetime) -> tuple[migplace.MigPick, ...] | migplace.MigWait:
     """Where an unsaved MIG order would go now (a quote)."""
     return schedule_mig([lease], now)[str(lease.pk)]

@@ -43,6 +43,19 @@ def record_uuids(node_id: int) -> int:
     return changed
 
 
+def pending_reset(node_ids: set[int]) -> set[tuple[int, int]]:
+    """(node id, GPU index) of each GPU whose agent reports its MIG mode change waiting for
+    a GPU reset (``mode: pending_reset``): no instance is made there until it is reset."""
+    out: set[tuple[int, int]] = set()
+    for node_id, document in NodeObservedState.objects.filter(
+            node_id__in=node_ids).values_list("node_id", "document"):
+        for gpu in (document or {}).get("mig") or []:
+            if isinstance(gpu, dict) and isinstance(gpu.get("gpu_index"), int) \
+                    and gpu.get("mode") == "pending_reset":
+                out.add((node_id, gpu["gpu_index"]))
+    return out
+
+
 def ready(lease: Lease) -> bool:
     """Every live instance of a MIG lease has its UUID (a plain lease: always)."""
     if not lease.mig_profile:

@@ -150,9 +150,10 @@ def order_quote(*, actor: AnyUser, tenant: Tenant, spec: OrderSpec) -> QuoteResu
         gpus = Decimal(spec.gpu_count * spec.nodes * spec_milli(spec, models)) / 1000
         pricing = _pricing()
         price, currency = pricing.estimate(tenant=tenant, gpu_model=model, priority=spec.priority,
-                                   gpus=gpus, start=window.start, end=window.end)
+                                   gpus=gpus, start=window.start, end=window.end,
+                                   mig_profile=spec.mig_profile)
         rate = pricing.unit_price(tenant=tenant, gpu_model=model, priority=spec.priority,
-                          at=window.start)
+                          at=window.start, mig_profile=spec.mig_profile)
         earliest = allocation.from_epoch(result.earliest_start)
         alternatives = [] if result.placeable_now or spec.mig_profile else _alternatives(
             tenant, spec, window, now, models)

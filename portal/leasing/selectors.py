@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 from portal.core import clock
 from portal.core.errors import NotFound
 from portal.inventory.models import HcaPort
+from portal.leasing import migdevices
 from portal.leasing.models import Allocation, Lease, LeaseEvent, MigInstance, Quota
 from portal.leasing.quotas import gpus_held, quota_hours_used
 from portal.leasing.states import GRANTING
@@ -172,15 +173,17 @@ def lease_faults(*, lease: Lease) -> Any:
 
 
 def mig_devices(lease: Lease) -> list[dict[str, Any]]:
-    """The lease's live MIG instances (all, once it ended), in GPU and slot order."""
+    """The lease's live MIG instances (all, once it ended), in GPU and slot order, each
+    with ``pending_reset`` when its GPU's MIG mode change waits for a GPU reset."""
     rows = MigInstance.objects.filter(lease=lease)
     if rows.filter(allocation__live=True).exists():
         rows = rows.filter(allocation__live=True)
+    found = list(rows.order_by("gpu__node__hostname", "gpu__index", "start").values_list(
+        "gpu__node_id", "gpu__node__hostname", "gpu__index", "profile", "start", "uuid"))
+    waiting = migdevices.pending_reset({row[0] for row in found}) if found else set()
     return [{"node": hostname, "gpu_index": index, "profile": profile, "start": start,
-             "uuid": uuid}
-            for hostname, index, profile, start, uuid in rows.order_by(
-                "gpu__node__hostname", "gpu__index", "start").values_list(
-                "gpu__node__hostname", "gpu__index", "profile", "start", "uuid")]
+             "uuid": uuid, "pending_reset": not uuid and (node_id, index) in waiting}
+            for node_id, hostname, index, profile, start, uuid in found]
 
 
 def cuda_visible_devices(devices: list[dict[str, Any]]) -> str | None:

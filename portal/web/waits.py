@@ -65,6 +65,19 @@ def sentence(reason: str | None, *, gpus: Any, models: str, earliest: datetime |
     return text
 
 
+def mig_pending_reset(devices: list[dict[str, Any]]) -> str:
+    """Why a MIG lease's instances are not made yet when their GPU waits for a reset to
+    change its MIG mode ('' when none does)."""
+    gpus = sorted({(d["node"], d["gpu_index"]) for d in devices if d.get("pending_reset")})
+    if not gpus:
+        return ""
+    where = ", ".join(_("GPU %(index)s of %(node)s") % {"index": i, "node": n}
+                      for n, i in gpus)
+    return _("Pending GPU reset: the MIG mode of %(where)s changes only after the GPU is "
+             "reset (processes still ran on it when MIG was switched on); the instances are "
+             "made then.") % {"where": where}
+
+
 def lease_wait(lease: Any) -> str:
     from portal.web import labels
 

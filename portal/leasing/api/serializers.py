@@ -66,6 +66,9 @@ class MigDeviceSerializer(serializers.Serializer[None]):
     profile = serializers.CharField()
     start = serializers.IntegerField()
     uuid = serializers.CharField(help_text="MIG-…; empty until the agent reports it")
+    pending_reset = serializers.BooleanField(
+        help_text="true while the GPU's MIG mode change waits for a GPU reset (the instance "
+                  "is made after it)")
 
 
 class LeaseSerializer(serializers.ModelSerializer[Lease]):

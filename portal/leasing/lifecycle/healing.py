@@ -31,8 +31,16 @@ from portal.core import clock
 from portal.core.services import audit_record
 from portal.fleet.lifecycle import KEPT_BY_LEASES
 from portal.inventory.models import Gpu, Node
-from portal.leasing import allocation, notify, states
-from portal.leasing.lifecycle import dispatch, placing, preemption, pushing, releasing, timing
+from portal.leasing import allocation, migdevices, notify, states
+from portal.leasing.lifecycle import (
+    dispatch,
+    migplacing,
+    placing,
+    preemption,
+    pushing,
+    releasing,
+    timing,
+)
 from portal.leasing.models import (
     LOCK,
     SLOTS_PER_GPU,
@@ -41,6 +49,7 @@ from portal.leasing.models import (
     Lease,
     LeaseEvent,
     LeaseFault,
+    MigInstance,
 )
 
 log = logging.getLogger(__name__)
@@ -74,12 +83,13 @@ def fence(lease: Lease, *, node_id: int, indexes: list[int] | None, cause: str,
     if not freed:
         return None
     now = clock.now()
+    failed_gpus = _failed_share(lease, [pk for pk, _ in freed])
     Allocation.objects.filter(pk__in=[pk for pk, _ in freed]).update(live=False)
     pushing.fence_freed(lease, [pk for pk, _ in freed])
     start = max(min(fault_at, now), lease.active_at or now)
     fault = LeaseFault.objects.create(
         lease=lease, node_id=node_id, gpu_indexes=sorted({i for _, i in freed}),
-        gpus=Decimal(len(freed)) / SLOTS_PER_GPU, cause=cause[:300], fault_at=start,
+        gpus=failed_gpus, cause=cause[:300], fault_at=start,
         fenced_at=now)
     hostname = Node.objects.values_list("hostname", flat=True).get(pk=node_id)
     _set_condition(lease, Condition.HEALING)
@@ -89,6 +99,15 @@ def fence(lease: Lease, *, node_id: int, indexes: list[int] | None, cause: str,
     notify.healing(lease, "lease.healing", event.reason, event.data)
     dispatch.step_on_commit("heal", lease.pk)
     return fault
+
+
+def _failed_share(lease: Lease, freed: list[int]) -> Decimal:
+    """GPUs no longer billed: the freed slots' eighths, or for a MIG lease its failed
+    instances' GPU equivalents (a ``1g.10gb`` holds one slot but bills 0.142)."""
+    if not lease.mig_profile:
+        return Decimal(len(freed)) / SLOTS_PER_GPU
+    instances = MigInstance.objects.filter(lease=lease, allocation_id__in=freed).count()
+    return Decimal(instances * (lease.gpu_milli or 0)) / 1000
 
 
 def _set_condition(lease: Lease, condition: str) -> None:
@@ -124,6 +143,8 @@ def heal(lease_id: object) -> None:
 def _replace(lease: Lease, fault: LeaseFault) -> bool:
     """Write the replacement's slots for one fault; False when nothing fits now."""
     now = clock.now()
+    if lease.mig_profile:
+        return _replace_mig(lease, fault, now)
     placement = _find(lease, fault, now)
     if placement is None:
         return False
@@ -137,6 +158,34 @@ def _replace(lease: Lease, fault: LeaseFault) -> bool:
         return False
     part = placement.parts[0]
     fault.replacement = {"node": part.node, "gpu_indexes": [i for i, _ in part.gpus]}
+    fault.save(update_fields=["replacement"])
+    return True
+
+
+def _replace_mig(lease: Lease, fault: LeaseFault, now: datetime) -> bool:
+    """New instances for the MIG instances a fault took (issue 28): beside the lease's
+    others for a GPU fault; on one other node for a node fault (the instances of an order
+    are all on one node, so the fault took them all and they stay together). False when
+    none is free now."""
+    count = MigInstance.objects.filter(lease=lease, gpu__node_id=fault.node_id,
+                                       gpu__index__in=fault.gpu_indexes,
+                                       allocation__live=False,
+                                       allocation__start_at__lte=fault.fenced_at).count()
+    gpu_fault = fault.node.service in KEPT_BY_LEASES
+    picks = allocation.mig_replacement(
+        lease, count=count, node=fault.node.hostname if gpu_fault else None,
+        exclude=frozenset() if gpu_fault else frozenset({fault.node.hostname}), now=now)
+    if not count or picks is None:
+        return False
+    try:
+        with transaction.atomic():
+            migplacing.write_instances(lease, picks, now, lease.end_at)
+    except IntegrityError as exc:
+        log.warning("MIG repair of %s lost a race (%s); retried", lease.pk, exc)
+        return False
+    fault.replacement = {"node": picks[0].node,
+                         "gpu_indexes": sorted({p.index for p in picks}),
+                         "mig": [[p.index, p.profile, p.start] for p in picks]}
     fault.save(update_fields=["replacement"])
     return True
 
@@ -208,7 +257,7 @@ def check_healed(lease_id: object) -> None:
         if lease.state not in states.RUNNING:
             _clear_targets(lease)
             return
-        if pushing.converged(lease.heal_targets):
+        if pushing.converged(lease.heal_targets) and migdevices.ready(lease):
             _healed(lease)
         elif lease.heal_deadline and clock.now() > lease.heal_deadline:
             _repair_timed_out(lease)

@@ -51,7 +51,7 @@ def _try(lease: Lease, picks: tuple[allocation.MigPick, ...], now: datetime) -> 
                                       + Decimal(str(lease.total_gpus)) > quota.max_gpus):
                 _wait(lease, "quota")
                 return 0
-            _write(lease, picks, start, end)
+            write_instances(lease, picks, start, end)
             desired.ensure_partition(lease.tenant)
             lease.start_at, lease.end_at, lease.gpu_model = start, end, model
             lease.wait_reason, lease.earliest_start = "", None
@@ -66,8 +66,10 @@ def _try(lease: Lease, picks: tuple[allocation.MigPick, ...], now: datetime) -> 
         return 0
 
 
-def _write(lease: Lease, picks: tuple[allocation.MigPick, ...], start: datetime,
-           end: datetime) -> None:
+def write_instances(lease: Lease, picks: tuple[allocation.MigPick, ...], start: datetime,
+                    end: datetime) -> None:
+    """The picked instances' memory slices as allocation slots, one ``MigInstance`` each
+    (placing, and healing's replacements)."""
     gpus = {(g.node.hostname, g.index): g for g in Gpu.objects.select_related("node").filter(
         node__hostname__in={p.node for p in picks})}
     for pick in picks:

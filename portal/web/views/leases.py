@@ -18,7 +18,7 @@ from portal.core.errors import ApplicationError
 from portal.leasing import states
 from portal.leasing.models import LeaseState
 from portal.tenants.models import Role
-from portal.web import live
+from portal.web import live, waits
 from portal.web.forms import ExtendForm, LeaseFilterForm, ReasonForm
 from portal.web.views._common import apply_errors, can, tenant_page
 from portal.web.views.dashboard import LIVE_STATES
@@ -96,8 +96,6 @@ def lease_calendar(request: HttpRequest) -> HttpResponse:
 def _calendar_span(lease: Any, now: datetime) -> tuple[datetime, datetime]:
     """Where a lease sits on the calendar: a waiting order (ordered "as soon as possible")
     from its earliest start, else from now, for its duration — not from its order time."""
-    from portal.web import waits
-
     if lease.active_at is None and lease.state in states.WAITING \
             and waits.is_asap(lease):
         begin = max(lease.earliest_start or now, now)
@@ -143,6 +141,7 @@ def lease_detail(request: HttpRequest, lease_id: Any) -> HttpResponse:
     devices = mig_devices(lease) if lease.mig_profile else []
     return render(request, "web/lease.html", {
         "mig_devices": devices, "cuda_visible_devices": cuda_visible_devices(devices),
+        "mig_pending_reset": waits.mig_pending_reset(devices),
         "lease": lease, "money": lease_money(lease),
         "queue_position": queue_position(lease=lease),
         "events": events,
@@ -186,7 +185,7 @@ def _added_cost(lease: Any, old_end: datetime) -> str:
     amount, currency = estimate(tenant=lease.tenant, gpu_model=lease.gpu_model or
                                 next(iter(lease.allowed_models or []), ""),
                                 priority=lease.priority, gpus=money["gpus"], start=old_end,
-                                end=lease.end_at)
+                                end=lease.end_at, mig_profile=lease.mig_profile)
     return _("%(amount)s %(currency)s added.") % {"amount": f"{amount:,.2f}",
                                                  "currency": currency}
 

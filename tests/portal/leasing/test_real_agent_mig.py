@@ -1,7 +1,8 @@
 """Issue 28 on the production path: seven tenants' ``1g.10gb`` orders become ACTIVE on one
 H100 through the real node agent (agents/, over loopback HTTP) applying the MIG layout to
 the fake NVML and reporting the instances; the portal stores each MIG-… UUID the agent
-reported, and the account of each lease gets its own ``CUDA_VISIBLE_DEVICES``."""
+reported, and the account of each lease gets its own ``CUDA_VISIBLE_DEVICES`` and only its
+own instance's two ``nvidia-cap`` capability nodes."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from agents.node.ipoib import FakeIpoib
 from agents.node.migapply import MigApplier
 from agents.nvml.collector import NvmlCollector
 from agents.nvml.fake import FakeNvml
+from agents.nvml.migcaps import MigCapabilities
 from agents.sysfs.faketree import FakeSysfsWriter, gpu_node_hcas
 from agents.sysfs.infiniband import InfinibandCollector
 from agents.telemetry import Sampler
@@ -48,13 +50,14 @@ def _agent(tmp: Path, url: str, token: str, clock: Clock,
     write_fake_proc(tmp / "proc", "gpu-node-01", cpus=4, mem_gib=1)
     api = FakeNvml("h100x8", host="gpu-node-01", seed=1)
     api.nvmlInit()
+    api.attach_caps(tmp / "proc")
     host = FakeHost()
     host.handlers.append(api.host_handler)
     ib = InfinibandCollector(tmp / "sys")
     access = FakeAccess()
     sampler = Sampler(HostCollector(tmp / "proc"), ib, NvmlCollector(api), clock=clock)
     settings = AgentSettings(state_dir=tmp / "state", bootstrap_token=token, fsync=False)
-    applier = NodeApplier(ib, access, FakeIpoib(), mig=MigApplier(api, host))
+    applier = NodeApplier(ib, access, FakeIpoib(), mig=MigApplier(api, host, caps=MigCapabilities(tmp / "proc")))
     agent = NodeAgent(settings, PortalClient(url), sampler, applier, clock=clock, wall=clock,
                       backoff=Backoff(base_s=1, cap_s=60, rng=random.Random(1)))
     return agent, writer, api, access
@@ -98,11 +101,15 @@ def test_seven_tenants_on_one_h100_through_the_real_agent(live_server: Any, tmp_
     stored = set(MigInstance.objects.values_list("start", "uuid"))
     assert stored == real and len({u for _, u in stored}) == 7
     assert api.gpus[0].mig_mode == 1 and all(g.mig_mode == 0 for g in api.gpus[1:])
+    minors: list[int] = []
     for lease in leases:
         (device,) = mig_devices(lease)
         account = f"lease-{lease.pk.hex[:12]}"
         assert dict(access.grants[account].environment)["CUDA_VISIBLE_DEVICES"] == \
             device["uuid"]
+        assert len(access.cap_minors(account)) == 2  # its GPU and compute instance only
+        minors += access.cap_minors(account)
+    assert len(set(minors)) == 14  # no tenant shares another's capability node
     # One tenant releases: its instance is destroyed on the node, the others stay.
     first = leases[0]
     start = MigInstance.objects.get(lease=first).start
