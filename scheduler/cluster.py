@@ -73,6 +73,9 @@ class ClusterState:
         self.domains: list[list[list[int]]] = self._all_domains()
         # Fractions held per GPU by tenant: {gpu: {tenant: milli}} (known tenants only).
         self.holders: list[Held] = [{} for _ in self.nodes]
+        # Nodes where some tenant's fractional view differs from the node's key: a GPU
+        # partly used (not exactly full) that holds a fraction (``tenancy.foreign``).
+        self.mixed: set[int] = set()
         self.version = [0] * len(self.nodes)
         # Per GPU model: capacity (healthy GPU milli, any node state) and free milli on
         # ready nodes, kept incrementally (scheduler.scarcity reads them).
@@ -159,6 +162,7 @@ class ClusterState:
         new.gpu_free = [free.copy() for free in self.gpu_free]
         new.holders = [{g: dict(per) for g, per in held.items()} if held else {}
                        for held in self.holders]
+        new.mixed = set(self.mixed)
         new.model_cap, new.model_free = dict(self.model_cap), dict(self.model_free)
         new.leaves = None if self.leaves is None else self.leaves.copy()
         new.keys, new.order = list(self.keys), list(self.order)
@@ -251,7 +255,8 @@ class ClusterState:
         """Node ``i``'s key, domain order and free milli as ``shape`` may use them: for a
         fractional shape of a tenant, GPUs shared with another tenant count as full."""
         free = self.gpu_free[i]
-        foreign = self._foreign(i, shape.tenant, free) if shape.fractional else set()
+        foreign = (self._foreign(i, shape.tenant, free)
+                   if shape.fractional and i in self.mixed else set())
         if not foreign:
             return self.keys[i], self.order[i], free
         masked = {g: (0 if g in foreign else v) for g, v in free.items()}
@@ -264,7 +269,7 @@ class ClusterState:
     def _heap_for(self, shape: Shape) -> list[Entry]:
         sh = self.heaps.get(shape)
         if sh is None or len(sh.heap) > 4 * len(self.nodes) + 64:
-            entries = self._entries(range(len(self.nodes)), shape)
+            entries = self._all_entries(shape)
             heapq.heapify(entries)
             sh = _ShapeHeap(entries, len(self.changes))
             self.heaps[shape] = sh
@@ -281,15 +286,39 @@ class ClusterState:
         # Evaluations are pure, so a reference kept across a memo reset stays correct.
         per_shape = self.memo.setdefault(shape, {})
         tenant_view = bool(shape.tenant) and shape.fractional
+        mixed = self.mixed
         for i in idx:
             if not ready[i]:
                 continue
-            key = self.view(i, shape)[0] if tenant_view else keys[i]
+            key = self.view(i, shape)[0] if tenant_view and i in mixed else keys[i]
             ev = per_shape.get(key, _MISSING)
             if ev is _MISSING:
                 ev = self.evaluate(key, shape)
             if ev is not None:
                 out.append((ev[0], i, version[i], ev[1]))
+        return out
+
+    def _all_entries(self, shape: Shape) -> list[Entry]:
+        """Heap entries of every ready node: one evaluation per equivalence class (the
+        nodes of a class share a key), a node's own view only where a tenant's view can
+        differ from its key (``mixed``). The same entries as ``_entries`` over every
+        node, in another order (a heap orders them by cost, then node index)."""
+        out: list[Entry] = []
+        version, mixed = self.version, self.mixed
+        tenant_view = bool(shape.tenant) and shape.fractional
+        for key, members in self.classes.items():
+            ev = self.evaluate(key, shape)
+            if tenant_view and mixed:
+                own = [i for i in members if i in mixed]
+                if own:
+                    out.extend(self._entries(own, shape))
+                    if ev is not None:
+                        out.extend((ev[0], i, version[i], ev[1])
+                                   for i in members if i not in mixed)
+                    continue
+            if ev is not None:
+                cost, opt = ev
+                out.extend((cost, i, version[i], opt) for i in members)
         return out
 
     def best(self, shape: Shape, blocked: Container[int] = frozenset()) -> Choice | None:
@@ -403,9 +432,17 @@ class ClusterState:
                 hold(self.holders[i], gpu, tenant, sign * milli, free[gpu])
                 if self.ready[i] and model:
                     self.model_free[model] -= sign * milli
+        self._note_mixed(i)
         self.cpu_free[i] -= sign * alloc.cpu_milli
         self.mem_free[i] -= sign * alloc.memory_mib
         return i
+
+    def _note_mixed(self, i: int) -> None:
+        free = self.gpu_free[i]
+        if any(free[g] < MILLI and free[g] != 0 for g in self.holders[i]):
+            self.mixed.add(i)
+        else:
+            self.mixed.discard(i)
 
     def release(self, alloc: NodeAllocation, tenant: str = "") -> None:
         self.consume(alloc, -1, tenant)

@@ -18,7 +18,14 @@ from scheduler.fairshare import decayed_usage, order_queue
 from scheduler.model import Lease, Locality, Request, Snapshot
 from scheduler.nodestate import Shape
 from scheduler.policy import get_policy
-from scheduler.preempt import CandidateIndex, find_with_victims, reclaimable
+from scheduler.preempt import (
+    CandidateIndex,
+    Reclaimer,
+    find_with_victims,
+    reclaimable,
+    reclaimer,
+    reclaims,
+)
 from scheduler.quota import Admission, QuotaLedger
 from scheduler.reservation import plan_hold
 from scheduler.reserve import plan_reserve
@@ -50,6 +57,9 @@ class _Pass:
         # Active leases that some request may reclaim (spot or borrowed).
         self.preemptible = {k: le for k, le in self.active.items() if le.preemptible}
         self.pre_on: dict[int, dict[str, Lease]] = {}  # node index -> preemptible leases
+        # The preemptible leases each kind of request may reclaim, in the order of
+        # ``preemptible`` (kept with it by ``_index_preemptible`` once a kind is asked).
+        self._cands: dict[Reclaimer, dict[str, Lease]] = {}
         self.future = [le for le in snapshot.leases if le.start > now]
         self._warm = warm
         self.base = self._running_state(self.active.values())
@@ -96,7 +106,7 @@ class _Pass:
         victims: tuple[Lease, ...] = ()
         if found is None:
             guaranteed = bool(adm.guaranteed)
-            cands = reclaimable(list(self.preemptible.values()), req, guaranteed)
+            cands = self._candidates(req, guaranteed)
             if not cands:
                 return None
             pshape = replace(shape, models=adm.guaranteed) if guaranteed else shape
@@ -116,7 +126,24 @@ class _Pass:
                 self.ledger.add(v.tenant, v.model, -v.milli)
         return self._commit(self.base, req, shape, adm, found, victims)
 
+    def _candidates(self, req: Request, guaranteed: bool) -> list[Lease]:
+        """``reclaimable`` over the preemptible leases (in their order), kept per request
+        kind as leases come and go: an order that does not fit used to filter every
+        preemptible lease (issue 30)."""
+        kind = reclaimer(req, guaranteed)
+        kept = self._cands.get(kind)
+        if kept is None:
+            kept = self._cands[kind] = {
+                le.id: le for le in reclaimable(list(self.preemptible.values()), req,
+                                                guaranteed)}
+        return list(kept.values())
+
     def _index_preemptible(self, lease: Lease, add: bool) -> None:
+        for kind, kept in self._cands.items():
+            if add and reclaims(kind, lease):
+                kept[lease.id] = lease
+            else:
+                kept.pop(lease.id, None)
         for part in lease.parts:
             i = self.base.index.get(part.node)
             if i is None:

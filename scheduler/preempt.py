@@ -42,15 +42,31 @@ class CandidateIndex:
     select: Callable[[Sequence[Lease]], list[Lease]]
 
 
+# What decides which leases a request may reclaim: (a spot request, within its
+# tenant's guarantee, its tenant when within it, else "").
+Reclaimer = tuple[bool, bool, str]
+
+
+def reclaimer(request: Request, within_guarantee: bool) -> Reclaimer:
+    return (request.priority == PriorityClass.SPOT, within_guarantee,
+            request.tenant if within_guarantee else "")
+
+
+def reclaims(kind: Reclaimer, lease: Lease) -> bool:
+    """Whether a request of ``kind`` may reclaim ``lease``."""
+    spot_request, within_guarantee, tenant = kind
+    if spot_request:
+        return False
+    return lease.priority == PriorityClass.SPOT or (
+        within_guarantee and lease.borrowed and lease.tenant != tenant)
+
+
 def reclaimable(leases: Sequence[Lease], request: Request, within_guarantee: bool,
                 ) -> list[Lease]:
     if request.priority == PriorityClass.SPOT:
         return []
-    return [
-        lease for lease in leases
-        if lease.priority == PriorityClass.SPOT
-        or (within_guarantee and lease.borrowed and lease.tenant != request.tenant)
-    ]
+    kind = reclaimer(request, within_guarantee)
+    return [lease for lease in leases if reclaims(kind, lease)]
 
 
 def _order(lease: Lease) -> tuple[int, int, int, str]:

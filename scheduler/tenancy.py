@@ -30,8 +30,13 @@ def hold(held: Held, gpu: int, tenant: str, milli: int, free_now: int) -> None:
 
 def foreign(held: Held, tenant: str, free: Mapping[int, int], shared: bool) -> set[int]:
     """GPUs a fraction for ``tenant`` may not share: partly free and holding a fraction
-    of another tenant (none on a shared-tenancy node, none for an unknown tenant)."""
+    of another tenant (none on a shared-tenancy node, none for an unknown tenant). A GPU
+    with exactly nothing free reads 0 in every view already, so it is never listed: most
+    held GPUs are whole ones, and a node's tenant view is then its own key (issue 30). An
+    over-committed GPU (below 0, under a future lease's overlay) is still listed: its
+    view reads 0, as before."""
     if not tenant or shared or not held:
         return set()
     return {g for g, per in held.items()
-            if free.get(g, 0) < MILLI and any(t != tenant for t in per)}
+            if (f := free.get(g, 0)) < MILLI and f != 0
+            and (len(per) > 1 or tenant not in per)}

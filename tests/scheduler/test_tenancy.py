@@ -82,3 +82,25 @@ def test_fraction_never_shared_across_tenants(orders, shared):
         assert all(len(ts) <= 1 for ts in holders.values()), holders
 
 
+
+
+def test_a_full_gpu_of_another_tenant_is_not_masked():
+    """Issue 30: a GPU with nothing free reads 0 in every view, so ``foreign`` leaves it
+    out (the node's tenant view is then its own key); a partly used one stays listed."""
+    from scheduler.tenancy import foreign
+
+    held = {0: {"A": 1000}, 1: {"A": 500}}
+    assert foreign(held, "B", {0: 0, 1: 500}, False) == {1}
+    assert foreign(held, "A", {0: 0, 1: 500}, False) == set()
+
+
+def test_only_nodes_with_a_partly_used_held_gpu_are_mixed():
+    from scheduler.cluster import ClusterState
+    from scheduler.context import score_context
+    from scheduler.policy import get_policy
+
+    s = snap((node("whole", gpus=2), node("part", gpus=2)),
+             leases=(lease("w", "whole", [0], tenant="A"),
+                     lease("p", "part", [0], milli=500, tenant="A")))
+    state = ClusterState(s.nodes, get_policy(), score_context(s, []), s.leases)
+    assert state.mixed == {1}
