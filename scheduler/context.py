@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from scheduler.fabric import KEEP_LEAVES, FabricModel, drain_leaf, drain_leaves, typical_gang
-from scheduler.frag import FragModel, typical_task_mix
+from scheduler.frag import FragModel, model_pressure, typical_task_mix
 from scheduler.model import MILLI, Lease, LocalityLevel, Request, Snapshot, TaskType
 from scheduler.scores import ScoreContext
 
@@ -96,12 +96,13 @@ def needs_one_leaf(request: Request) -> bool:
 
 def score_context(snapshot: Snapshot, queue: Sequence[Request]) -> ScoreContext:
     mix = derive_task_mix(snapshot, queue)
-    demand = {model: sum(t.weight for t in mix if t.models and model in t.models)
-              for model in dict.fromkeys(node.model for node in snapshot.nodes)}
+    capacity: dict[str, int] = {}
+    for node in snapshot.nodes:
+        capacity[node.model] = capacity.get(node.model, 0) + len(node.gpus)
     return ScoreContext(
         frag=FragModel(mix),
         max_cpu=max((n.cpu_milli for n in snapshot.nodes), default=1) or 1,
         max_gpus=max((len(n.gpus) for n in snapshot.nodes), default=1) or 1,
-        model_demand=demand,
+        model_pressure=model_pressure(mix, capacity),
         fabric=fabric_model(snapshot, queue),
     )

@@ -9,7 +9,7 @@ whole free capacity. The node's fragmentation is the expectation over the task m
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from scheduler.model import TaskType
 from scheduler.nodestate import NodeKey
@@ -40,6 +40,29 @@ def typical_task_mix(
         chosen.append(item)
         cum += item[1]
     return tuple(TaskType(c, g, n, m, cnt / cum) for (c, g, n, m), cnt in chosen)
+
+
+def model_pressure(mix: Sequence[TaskType], capacity: Mapping[str, int]) -> dict[str, float]:
+    """How much of the mix's GPU demand only some models can serve, per model, against
+    that model's share of capacity: each model-constrained type's share of the mix's GPU
+    demand, over the capacity share of the models it accepts, summed over the types that
+    accept the model. 1.0: the constrained demand alone would fill the model's share;
+    0: no type needs this model (also for every model when no type names one).
+    ``capacity``: GPUs per model."""
+    total_cap = sum(capacity.values())
+    demand = sum(t.weight * t.gpus * t.gpu_milli for t in mix)
+    out = dict.fromkeys(capacity, 0.0)
+    if not total_cap or not demand:
+        return out
+    for t in mix:
+        accepted = sum(capacity.get(m, 0) for m in t.models)
+        if not t.models or not accepted or not t.gpu_milli:
+            continue
+        share = t.weight * t.gpus * t.gpu_milli / demand / (accepted / total_cap)
+        for m in t.models:
+            if m in out:
+                out[m] += share
+    return out
 
 
 class FragModel:

@@ -60,6 +60,10 @@ class Policy:
 
 
 LOCALITY: Tier = (("locality", 1.0),)
+# FGD's levels, plus 30 levels per unit of model pressure: pressed GPU models are kept
+# for the orders that name them unless FGD prefers them by more (ADR 0231). The pressure
+# is 0 everywhere when no order names a model, so the tier is then FGD's levels alone.
+FGD_SCARCE: Tier = (("fgd_levels", 1.0), ("model_scarcity", 30.0))
 
 POLICIES: dict[str, Policy] = {
     p.name: p
@@ -78,23 +82,24 @@ POLICIES: dict[str, Policy] = {
                "FGD levels, then best fit (least CPU+GPU left) among the tied nodes, "
                "then the GPU with the least room left (the default before fgd+ became "
                "CPU-aware)."),
-        Policy("fgd+", (LOCALITY, (("fgd_levels", 1.0),), (("cpu_strand", 1.0),),
+        Policy("fgd+", (LOCALITY, FGD_SCARCE, (("cpu_strand", 1.0),),
                         (("gpu_left", 1.0),), (("bestfit", 1.0),)),
-               "FGD levels; among the tied, the least growth of CPU-stranded GPU "
+               "FGD levels (plus the pressure on the node's model, ADR 0231); among the "
+               "tied, the least growth of CPU-stranded GPU "
                "capacity; then the GPU with the least room left; then best fit."),
-        Policy("fgd+fabric", (LOCALITY, (("fabric", 1.0),), (("fgd_levels", 1.0),),
+        Policy("fgd+fabric", (LOCALITY, (("fabric", 1.0),), FGD_SCARCE,
                               (("cpu_strand", 1.0),), (("gpu_left", 1.0),),
                               (("bestfit", 1.0),)),
                "fgd+ behind a fabric tier: partly used nodes and leaves first, whole "
                "free leaves and the last leaves able to host a typical gang last "
                "(identical to fgd+ on a cluster without topology)."),
-        Policy("fgd+fabric+hold", (LOCALITY, (("fabric", 1.0),), (("fgd_levels", 1.0),),
+        Policy("fgd+fabric+hold", (LOCALITY, (("fabric", 1.0),), FGD_SCARCE,
                                    (("cpu_strand", 1.0),), (("gpu_left", 1.0),),
                                    (("bestfit", 1.0),)),
                "fgd+fabric, and the head-of-line leaf-required gang that fits no leaf "
                "holds the leaf that frees soonest (EASY backfill: only work that ends "
                "before the gang's start may use it).", holds=True),
-        Policy("fgd+fabric+reserve", (LOCALITY, (("fabric", 1.0),), (("fgd_levels", 1.0),),
+        Policy("fgd+fabric+reserve", (LOCALITY, (("fabric", 1.0),), FGD_SCARCE,
                                       (("cpu_strand", 1.0),), (("gpu_left", 1.0),),
                                       (("bestfit", 1.0),)),
                "fgd+fabric, and a gang reserve: every waiting leaf-required gang owns the "

@@ -31,9 +31,10 @@ class ScoreContext:
     frag: FragModel
     max_cpu: int = 1
     max_gpus: int = 1
-    # Share of the task mix that can run on each model (rarely usable models are kept
-    # for the tasks that need them).
-    model_demand: Mapping[str, float] = field(default_factory=dict)
+    # Pressure on each model from the mix's model-constrained demand
+    # (:func:`scheduler.frag.model_pressure`): pressed models are kept for the orders
+    # that need them.
+    model_pressure: Mapping[str, float] = field(default_factory=dict)
     # Leaves of the snapshot's topology (None: a flat cluster, the fabric scorer is 0).
     fabric: FabricModel | None = None
 
@@ -106,8 +107,13 @@ def fabric(ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: Node
 def model_scarcity(
     ctx: ScoreContext, key: NodeKey, shape: Shape, opt: Option, new: NodeKey,
 ) -> float:
-    """Demand for this node's model from the task mix (spend common models first)."""
-    return ctx.model_demand.get(key[0], 0.0)
+    """Pressure on this node's model from model-constrained demand (spend the least
+    pressed model first; 0 everywhere when no order names a model). 0 for a CPU-only
+    order: it spends no GPU, and sending it to the least pressed model's nodes would
+    strand their GPUs for want of CPU."""
+    if not shape.gpus:
+        return 0.0
+    return ctx.model_pressure.get(key[0], 0.0)
 
 
 SCORERS: dict[str, Scorer] = {

@@ -183,7 +183,7 @@ def context(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job]) -> S
                 and j.nodes <= max(sizes.values(), default=0)), default=None)
     fabric = FabricModel(leaf_of, typical_gang(j.nodes for j in jobs), 1, keep_for=keep,
                          keep_leaves=KEEP_LEAVES)
-    return ScoreContext(ctx.frag, ctx.max_cpu, ctx.max_gpus, ctx.model_demand, fabric)
+    return ScoreContext(ctx.frag, ctx.max_cpu, ctx.max_gpus, ctx.model_pressure, fabric)
 
 
 class _Sim:

@@ -88,3 +88,28 @@ def test_gpuspec_fgd_form_names_one_model_or_both_v100s_on_a_seeded_share():
     assert all(tuple(sorted(p.models)) in FGD_SPECS for p in named)
     assert all(p.models != {"T4"} for p in named if p.num_gpu > 2)  # a node must fit it
     assert constrain(pods, nodes, 0.2) != out  # the default form is pairs
+
+
+def test_gpuspec_observed_form_draws_the_files_specs_by_pod_shape():
+    from scheduler.bench.replay.trace import OBSERVED_SPECS, Pod, constrain, shape_class
+    from scheduler.fabrics import hgx
+
+    nodes = [hgx("g2", 8, "G2"), hgx("g3", 8, "G3"), hgx("t4", 2, "T4"),
+             hgx("p", 2, "P100"), hgx("v", 8, "V100M16"), hgx("w", 8, "V100M32"),
+             hgx("a", 1, "A10")]
+    # 1, 1, 2 and 8 GPUs in turn; every other run of four asks 300 milli per GPU
+    pods = [Pod(f"p{i}", 1000, 1024, (1, 1, 2, 8)[i % 4], 300 if i // 4 % 2 else 1000,
+                frozenset()) for i in range(4000)]
+    out = constrain(pods, nodes, 0.33, "observed")
+    assert out == constrain(pods, nodes, 0.33, "observed")  # seeded per pod name
+    named = [p for p in out if p.models]
+    assert 0.30 < len(named) / len(pods) < 0.36
+    for p in named:
+        specs = {frozenset(s.split("|")) for s, _ in OBSERVED_SPECS[shape_class(p)]}
+        assert p.models in specs
+        assert p.num_gpu <= 2 or "T4" not in p.models or len(p.models) > 1  # a node fits
+    fractional = [p for p in named if shape_class(p) == "fractional"]
+    assert fractional and all(p.models <= {"T4", "P100", "G2", "V100M16", "V100M32"}
+                              for p in fractional)
+    t4 = sum(p.models == {"T4"} for p in fractional) / len(fractional)
+    assert 0.6 < t4 < 0.78  # the file: 108 of 156 fractional specs name T4 alone

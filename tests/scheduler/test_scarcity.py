@@ -82,3 +82,65 @@ def test_free_shares_follow_placements_releases_and_readiness():
     state.release(alloc)
     state.set_ready(3, True)
     assert free_shares(state, {"A", "B"}) == {"A": 1.0, "B": 1.0}
+
+
+# Issue 30: the model that model-constrained demand presses is kept for that demand.
+# b0 (B, 8 GPUs) comes first in node order, then four A nodes, all idle (equal free
+# shares); A-only and B-only orders weigh the same in the snapshot's task mix, so FGD's levels tie between the models (each model's free
+# GPUs are unusable for the other's orders alike), but B has a quarter of A's capacity.
+def _pressed_b(first: dict[str, object]):
+    from scheduler.model import TaskType
+
+    nodes = (node("b0", "B"),) + tuple(node(f"a{k}", "A") for k in range(4))
+    mix = (TaskType(1000, 1000, 1, frozenset(), 0.2),
+           TaskType(1000, 1000, 1, frozenset({"A"}), 0.4),
+           TaskType(1000, 1000, 1, frozenset({"B"}), 0.4))
+    return snap(nodes, task_mix=mix), [req("o", **first)]
+
+
+def _decision(s, queue, rid):
+    """The pass's placement of request ``rid`` (the pass may reorder the queue)."""
+    d = next(d for d in schedule_pass(s, queue, now=0).decisions if d.request_id == rid)
+    assert isinstance(d, Placement), d
+    return d
+
+
+def test_model_pressure_is_constrained_demand_over_capacity_share():
+    from scheduler.frag import model_pressure
+    from scheduler.model import TaskType
+
+    anyone = TaskType(1000, 1000, 1, frozenset(), 0.2)
+    only_a = TaskType(1000, 1000, 1, frozenset({"A"}), 0.4)
+    only_b = TaskType(1000, 1000, 1, frozenset({"B"}), 0.4)
+    both = TaskType(1000, 500, 1, frozenset({"A", "B"}), 0.4)
+    cap = {"A": 32, "B": 8}
+    got = model_pressure((anyone, only_a, only_b), cap)
+    assert got == pytest.approx({"A": 0.4 / 0.8, "B": 0.4 / 0.2})
+    assert model_pressure((anyone,), cap) == {"A": 0.0, "B": 0.0}  # nobody names one
+    # an A|B type presses both models alike, by the capacity share of the two together
+    assert model_pressure((anyone, both), cap) == pytest.approx(
+        {"A": (0.2 / 0.4) / 1.0, "B": (0.2 / 0.4) / 1.0})
+
+
+def test_an_any_model_order_does_not_spend_the_pressed_model():
+    s, queue = _pressed_b({"gpus": 1})
+    d = _decision(s, queue, "o")
+    assert d.model == "A", d.nodes  # old code: b0, FGD's tie broken by node order
+
+
+def test_an_order_naming_several_models_takes_the_unpressed_one():
+    s, queue = _pressed_b({"gpus": 1, "models": ANY_OF})
+    d = _decision(s, queue, "o")
+    assert d.model == "A", d.nodes  # old code: b0 (FGD's levels first, then node order)
+
+
+def test_a_cpu_only_order_is_not_steered_by_model_pressure():
+    from scheduler.scores import model_scarcity
+
+    s, queue = _pressed_b({"gpus": 1})
+    ctx = score_context(s, queue)
+    key = ClusterState(s.nodes, get_policy(), ctx).keys[0]  # b0, the pressed model
+    cpu_only = Shape(frozenset(), 0, 0, 1000, 1024)
+    one_gpu = Shape(frozenset(), 1, 1000, 1000, 1024)
+    assert model_scarcity(ctx, key, cpu_only, (), key) == 0.0
+    assert model_scarcity(ctx, key, one_gpu, (), key) > 1.0

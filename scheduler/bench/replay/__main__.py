@@ -45,9 +45,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--gpuspec", type=float, default=0.0, metavar="SHARE",
                        help="give this share of GPU pods a synthetic model constraint "
                             "first (seeded per pod name)")
-        p.add_argument("--gpuspec-form", choices=("pair", "fgd"), default="pair",
+        p.add_argument("--gpuspec-form", choices=("pair", "fgd", "observed"), default="pair",
                        help="pair: one of G2|G3, V100M16|V100M32, P100|T4; fgd: one "
-                            "model (both V100 sizes), the form of FGD's gpuspec traces")
+                            "model (both V100 sizes), the form of FGD's gpuspec traces; "
+                            "observed: the spec frequencies by pod shape counted in "
+                            "FGD's gpuspec33 file (one model or several)")
     tl = sub.choices["timeline"]
     tl.add_argument("--tenants", type=int, default=8)
     tl.add_argument("--retry-window", type=int, default=64)

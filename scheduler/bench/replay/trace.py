@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from scheduler.frag import FragModel, typical_task_mix
+from scheduler.frag import FragModel, model_pressure, typical_task_mix
 from scheduler.model import MILLI, Gpu, Node, TaskType
 from scheduler.nodestate import Shape
 from scheduler.scores import ScoreContext
@@ -88,18 +88,59 @@ FAMILIES = (("G2", "G3"), ("V100M16", "V100M32"), ("P100", "T4"))
 FGD_SPECS = (("A10",), ("G2",), ("G3",), ("P100",), ("T4",), ("V100M16", "V100M32"))
 FORMS = {"pair": FAMILIES, "fgd": FGD_SPECS}
 
+_V100 = "V100M16|V100M32"
+# --gpuspec-form observed: how often each gpu_spec occurs in FGD's
+# openb_pod_list_gpuspec33_cpu0.csv (hkust-adsl/kubernetes-scheduler-simulator), by pod
+# shape. Counted by hand from five spread windows of that file (its GPU pods 0-219,
+# 1775-1994, 3540-3759, 5301-5515, 6842-7063: 1,097 pods, 358 with a spec = 32.6 %;
+# fractional 156/524, one whole GPU 195/554, multi-GPU 7/19 named a model), so a
+# *distribution* derived from the file, not the file (its terms: research use only).
+# The file's k-th pod is the default trace's k-th GPU pod. Counts, per shape:
+OBSERVED_SPECS: dict[str, tuple[tuple[str, int], ...]] = {
+    # num_gpu == 1, gpu_milli < 1000: T4 or P100 almost always.
+    "fractional": (("T4", 108), ("P100", 42), (f"G2|P100|T4|{_V100}", 6)),
+    # num_gpu == 1, a whole GPU: every form the file has.
+    "whole": (("T4", 80), ("G2", 43), (_V100, 30), (f"P100|{_V100}", 10), ("G3", 10),
+              (f"G2|P100|T4|{_V100}", 6), (f"P100|T4|{_V100}", 5),
+              (f"A10|G2|T4|{_V100}", 3), ("V100M32", 3), ("A10|T4", 2), ("P100", 1),
+              (f"A10|G2|P100|T4|{_V100}", 1), ("P100|V100M16", 1)),
+    # num_gpu > 1 (few in the windows: 7 of 19).
+    "multi": (("G2", 3), ("G3", 2), (_V100, 1), (f"T4|{_V100}", 1)),
+}
+
+
+def shape_class(pod: Pod) -> str:
+    """``fractional``, ``whole`` (one whole GPU) or ``multi`` (the keys of
+    :data:`OBSERVED_SPECS`)."""
+    if pod.num_gpu > 1:
+        return "multi"
+    return "fractional" if 0 < pod.gpu_milli < MILLI else "whole"
+
 
 def ignore_models(pods: Sequence[Pod]) -> list[Pod]:
     """The pods with their model constraints dropped (any model)."""
     return [replace(p, models=frozenset()) if p.models else p for p in pods]
 
 
+def _candidates(form: str, pod: Pod, cap: dict[str, int], most: dict[str, int],
+                ) -> list[tuple[frozenset[str], float]]:
+    """The specs ``pod`` may draw under ``form``, with their weights; a spec needs a
+    node of at least ``num_gpu`` GPUs of one of its models."""
+    if form == "observed":
+        table = [(frozenset(spec.split("|")), float(n))
+                 for spec, n in OBSERVED_SPECS[shape_class(pod)]]
+    else:
+        table = [(frozenset(f), float(sum(cap.get(m, 0) for m in f))) for f in FORMS[form]]
+    return [(ms, w) for ms, w in table if max(most.get(m, 0) for m in ms) >= pod.num_gpu]
+
+
 def constrain(pods: Sequence[Pod], nodes: Sequence[Node], share: float,
               form: str = "pair") -> list[Pod]:
     """Synthetic model constraints: a ``share`` of the GPU pods without one (drawn per
-    pod name, so resampled clones keep theirs) accept one entry of ``FORMS[form]``
-    (``pair``: :data:`FAMILIES`; ``fgd``: :data:`FGD_SPECS`), drawn by the entry's GPU
-    capacity among the entries with a node of ``num_gpu`` GPUs."""
+    pod name, so resampled clones keep theirs) accept one spec of ``form``: ``pair``
+    (:data:`FAMILIES`) or ``fgd`` (:data:`FGD_SPECS`), drawn by the spec's GPU capacity;
+    ``observed``: drawn with the frequencies of :data:`OBSERVED_SPECS` for the pod's
+    shape. Only specs with a node of ``num_gpu`` GPUs are drawn."""
     cap: dict[str, int] = {}
     most: dict[str, int] = {}
     for n in nodes:
@@ -111,12 +152,12 @@ def constrain(pods: Sequence[Pod], nodes: Sequence[Node], share: float,
         if p.models or not p.num_gpu or rng.random() >= share:
             out.append(p)
             continue
-        fams = [f for f in FORMS[form] if max(most.get(m, 0) for m in f) >= p.num_gpu]
-        if not fams:
+        specs = _candidates(form, p, cap, most)
+        if not specs:
             out.append(p)
             continue
-        fam = rng.choices(fams, [sum(cap.get(m, 0) for m in f) for f in fams])[0]
-        out.append(replace(p, models=frozenset(fam)))
+        models = rng.choices([s for s, _ in specs], [w for _, w in specs])[0]
+        out.append(replace(p, models=models))
     return out
 
 
@@ -147,13 +188,12 @@ def task_mix(pods: Sequence[Pod]) -> tuple[TaskType, ...]:
 def score_context(nodes: Sequence[Node], pods: Sequence[Pod]) -> ScoreContext:
     """Context for the trace: task mix from the original pods, cluster maxima."""
     mix = task_mix(pods)
-    demand: dict[str, float] = {}
+    capacity: dict[str, int] = {}
     for n in nodes:
-        demand.setdefault(n.model, sum(t.weight for t in mix if t.models and
-                                       n.model in t.models))
+        capacity[n.model] = capacity.get(n.model, 0) + len(n.gpus)
     return ScoreContext(
         frag=FragModel(mix),
         max_cpu=max((n.cpu_milli for n in nodes), default=1),
         max_gpus=max((len(n.gpus) for n in nodes), default=1),
-        model_demand=demand,
+        model_pressure=model_pressure(mix, capacity),
     )
