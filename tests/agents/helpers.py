@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -62,3 +63,43 @@ def make_agent(
     agent = NodeAgent(settings, client, sampler, applier, clock=clock, wall=clock,
                       backoff=Backoff(base_s=1, cap_s=60, rng=random.Random(index)))
     return agent, api, writer
+
+
+MIG_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA alice@example.org"
+
+
+def mig_grant(n: int, start: int) -> dict[str, Any]:
+    """Lease ``n``'s grant: one ``1g.10gb`` instance of GPU 0 at slot ``start``."""
+    return {"lease_id": f"ls_{n}", "account": f"lease-{n}", "gpu_indices": [0],
+            "ssh_authorized_keys": [MIG_KEY],
+            "mig_devices": [{"gpu_index": 0, "profile": "1g.10gb", "start": start}]}
+
+
+def mig_desired(generation: int, starts: list[int]) -> dict[str, Any]:
+    """A node's desired state: a ``1g.10gb`` of GPU 0 at each start, one lease each."""
+    return {"protocol": 1, "node_id": "nd_1", "generation": generation,
+            "issued_at": "2026-12-01T09:00:00+00:00", "partitions": [],
+            "access_grants": [mig_grant(s, s) for s in starts],
+            "mig": [{"gpu_index": 0, "instances": [{"profile": "1g.10gb", "start": s}
+                                                   for s in starts]}]}
+
+
+def write_node_config(tmp_path: Path, portal_url: str, fake_gpus: str, listen: str) -> Path:
+    """``agent.toml`` for ``python -m agents node`` on fake hardware under ``tmp_path``."""
+    cfg = tmp_path / "agent.toml"
+    cfg.write_text(f"""
+[portal]
+url = "{portal_url}"
+[agent]
+state_dir = "{tmp_path / 'state'}"
+sample_interval_s = 0.3
+report_interval_s = 0.3
+long_poll_s = 1
+[hardware]
+sysfs_root = "{tmp_path / 'sys'}"
+fake_gpus = "{fake_gpus}"
+access_root = "{tmp_path / 'root'}"
+[metrics]
+listen = "{listen}"
+""")
+    return cfg

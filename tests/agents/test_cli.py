@@ -13,6 +13,7 @@ from agents.cli import main
 from agents.client.fakeportal import FakePortal, serve
 from agents.sim.simulate import parser_for_tests
 from agents.sysfs.faketree import FakeSysfsWriter, gpu_node_hcas
+from tests.agents.helpers import write_node_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,22 +76,8 @@ def test_node_daemon_reports_and_stops_cleanly_on_sigterm(tmp_path: Path) -> Non
     writer = FakeSysfsWriter(tmp_path / "sys")
     for hca in gpu_node_hcas(3):
         writer.add(hca)
-    cfg = tmp_path / "agent.toml"
-    cfg.write_text(f"""
-[portal]
-url = "http://127.0.0.1:{server.server_address[1]}"
-[agent]
-state_dir = "{tmp_path / 'state'}"
-sample_interval_s = 0.3
-report_interval_s = 0.3
-long_poll_s = 1
-[hardware]
-sysfs_root = "{tmp_path / 'sys'}"
-fake_gpus = "h200x4"
-access_root = "{tmp_path / 'root'}"
-[metrics]
-listen = "127.0.0.1:0"
-""")
+    cfg = write_node_config(tmp_path, f"http://127.0.0.1:{server.server_address[1]}",
+                            "h200x4", "127.0.0.1:0")
     env = {**os.environ, "GPUPOOL_AGENT_PORTAL_BOOTSTRAP_TOKEN": portal.issue_bootstrap_token()}
     proc = subprocess.Popen([sys.executable, "-m", "agents", "node", "--config", str(cfg)],
                             cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

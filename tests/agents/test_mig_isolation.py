@@ -7,7 +7,6 @@ another tenant's, and a released instance's nodes go with its grant."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -20,8 +19,8 @@ from agents.nvml.fake import FakeNvml
 from agents.nvml.migcaps import MigCapabilities, parse_caps_major, parse_minor
 from agents.sysfs.faketree import FakeSysfsWriter, gpu_node_hcas
 from agents.sysfs.infiniband import InfinibandCollector
+from tests.agents.helpers import mig_desired
 
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA alice@example.org"
 # /proc/driver/nvidia/capabilities/gpu0/mig/gi1/access on a real H100 (MIG user guide)
 REAL_ACCESS = "DeviceFileMinor: 12\nDeviceFileMode: 292\nDeviceFileModify: 1\n"
 
@@ -59,19 +58,6 @@ def _node(tmp_path: Path) -> tuple[NodeApplier, FakeNvml, FileAccess, FakeHost]:
     return NodeApplier(InfinibandCollector(tmp_path / "sys"), access, mig=mig), api, access, host
 
 
-def _grant(n: int, start: int) -> dict[str, Any]:
-    return {"lease_id": f"ls_{n}", "account": f"lease-{n}", "gpu_indices": [0],
-            "ssh_authorized_keys": [KEY],
-            "mig_devices": [{"gpu_index": 0, "profile": "1g.10gb", "start": start}]}
-
-
-def _desired(generation: int, starts: list[int]) -> dict[str, Any]:
-    return {"protocol": 1, "node_id": "nd_1", "generation": generation,
-            "issued_at": "2026-12-01T09:00:00+00:00", "partitions": [],
-            "access_grants": [_grant(s, s) for s in starts],
-            "mig": [{"gpu_index": 0, "instances": [{"profile": "1g.10gb", "start": s}
-                                                   for s in starts]}]}
-
 
 def _own_minors(applier: NodeApplier, start: int) -> list[int]:
     assert applier.mig is not None
@@ -89,7 +75,7 @@ def _dropin(root: Path, account: str) -> str:
 
 def test_two_tenants_on_one_gpu_each_reach_only_their_own_instance(tmp_path: Path) -> None:
     applier, _, access, host = _node(tmp_path)
-    applier.apply(_desired(1, [0, 1]))
+    applier.apply(mig_desired(1, [0, 1]))
     assert applier.errors == [] and applier.converged()
     a, b = _own_minors(applier, 0), _own_minors(applier, 1)
     assert not set(a) & set(b)
@@ -109,9 +95,9 @@ def test_two_tenants_on_one_gpu_each_reach_only_their_own_instance(tmp_path: Pat
 
 def test_a_released_instance_takes_its_capability_nodes_with_it(tmp_path: Path) -> None:
     applier, _, access, _ = _node(tmp_path)
-    applier.apply(_desired(1, [0, 1]))
+    applier.apply(mig_desired(1, [0, 1]))
     b = _own_minors(applier, 1)
-    applier.apply(_desired(2, [1]))
+    applier.apply(mig_desired(2, [1]))
     assert applier.errors == []
     assert "lease-0" not in access.present() and access.cap_minors("lease-0") == []
     assert not (tmp_path / "root/etc/gpupool/leases/lease-0.devices").exists()
@@ -123,12 +109,12 @@ def test_a_released_instance_takes_its_capability_nodes_with_it(tmp_path: Path) 
 
 def test_an_instance_lost_under_a_grant_loses_its_nodes(tmp_path: Path) -> None:
     applier, api, access, _ = _node(tmp_path)
-    applier.apply(_desired(1, [0]))
+    applier.apply(mig_desired(1, [0]))
     assert access.cap_minors("lease-0") != []
     api.mig_reset(0)  # the GPU was reset: every instance gone
     applier.mig.results.clear()  # type: ignore[union-attr]
     api.mig_fail_next("nvmlDeviceCreateGpuInstanceWithPlacement", 2)  # not made again
-    applier.apply(_desired(2, [0]))
+    applier.apply(mig_desired(2, [0]))
     assert access.cap_minors("lease-0") == []  # never a stale node of a gone instance
     env = (tmp_path / "root/etc/gpupool/leases/lease-0.env").read_text()
     assert "MIG-" not in env
@@ -138,6 +124,6 @@ def test_unreadable_capability_files_grant_nothing(tmp_path: Path) -> None:
     applier, _, access, _ = _node(tmp_path)
     assert applier.mig is not None
     applier.mig.caps = MigCapabilities(tmp_path / "no-driver-tree")  # fail closed
-    applier.apply(_desired(1, [0]))
+    applier.apply(mig_desired(1, [0]))
     assert any(e["item"] == "access_grants/lease-0" for e in applier.errors)
     assert "lease-0" not in access.present() and not applier.converged()

@@ -22,6 +22,7 @@ from agents.nvml import mig
 from agents.nvml.collector import NvmlCollector
 from agents.nvml.fake import FakeNvml
 from agents.sysfs.faketree import FakeSysfsWriter, gpu_node_hcas
+from tests.agents.helpers import write_node_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -101,22 +102,8 @@ def test_the_running_agents_metrics_carry_its_mig_instances(tmp_path: Path) -> N
     for hca in gpu_node_hcas(1):
         writer.add(hca)
     port = _free_port()
-    cfg = tmp_path / "agent.toml"
-    cfg.write_text(f"""
-[portal]
-url = "http://127.0.0.1:{server.server_address[1]}"
-[agent]
-state_dir = "{tmp_path / 'state'}"
-sample_interval_s = 0.3
-report_interval_s = 0.3
-long_poll_s = 1
-[hardware]
-sysfs_root = "{tmp_path / 'sys'}"
-fake_gpus = "h100x2"
-access_root = "{tmp_path / 'root'}"
-[metrics]
-listen = "127.0.0.1:{port}"
-""")
+    cfg = write_node_config(tmp_path, f"http://127.0.0.1:{server.server_address[1]}",
+                            "h100x2", f"127.0.0.1:{port}")
     env = {**os.environ, "GPUPOOL_AGENT_PORTAL_BOOTSTRAP_TOKEN": portal.issue_bootstrap_token()}
     proc = subprocess.Popen([sys.executable, "-m", "agents", "node", "--config", str(cfg)],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,

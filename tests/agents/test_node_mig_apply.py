@@ -6,7 +6,6 @@ instance — the other tenants' processes on the same GPU are never touched."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from agents import protocol
 from agents.host import FakeHost
@@ -17,8 +16,7 @@ from agents.node.migapply import MigApplier
 from agents.nvml.fake import FakeNvml
 from agents.sysfs.faketree import FakeSysfsWriter, gpu_node_hcas
 from agents.sysfs.infiniband import InfinibandCollector
-
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIA alice@example.org"
+from tests.agents.helpers import mig_desired
 
 
 def _node(tmp_path: Path) -> tuple[NodeApplier, FakeNvml, FakeAccess]:
@@ -36,23 +34,10 @@ def _node(tmp_path: Path) -> tuple[NodeApplier, FakeNvml, FakeAccess]:
     return applier, api, access
 
 
-def _grant(n: int, start: int) -> dict[str, Any]:
-    return {"lease_id": f"ls_{n}", "account": f"lease-{n}", "gpu_indices": [0],
-            "ssh_authorized_keys": [KEY],
-            "mig_devices": [{"gpu_index": 0, "profile": "1g.10gb", "start": start}]}
-
-
-def _desired(generation: int, starts: list[int]) -> dict[str, Any]:
-    return {"protocol": 1, "node_id": "nd_1", "generation": generation,
-            "issued_at": "2026-12-01T09:00:00+00:00", "partitions": [],
-            "access_grants": [_grant(s, s) for s in starts],
-            "mig": [{"gpu_index": 0, "instances": [{"profile": "1g.10gb", "start": s}
-                                                   for s in starts]}]}
-
 
 def test_the_layout_is_applied_and_reported_with_uuids(tmp_path: Path) -> None:
     applier, api, access = _node(tmp_path)
-    desired = _desired(1, list(range(7)))
+    desired = mig_desired(1, list(range(7)))
     assert protocol.validate_desired_state(desired, "node") == []
     applier.apply(desired)
     assert applier.errors == [] and applier.generation_applied == 1 and applier.converged()
@@ -69,13 +54,13 @@ def test_the_layout_is_applied_and_reported_with_uuids(tmp_path: Path) -> None:
 
 def test_a_torn_down_grant_cleans_only_its_own_instance(tmp_path: Path) -> None:
     applier, api, access = _node(tmp_path)
-    applier.apply(_desired(1, [0, 1]))
+    applier.apply(mig_desired(1, [0, 1]))
     inst = {i.start: i for i in applier.mig.results[0].instances} if applier.mig else {}
     api.add_process(0, pid=100, owner="lease-0")
     api.processes[100].gpu_instance = inst[0].gpu_instance_id
     api.add_process(0, pid=101, owner="lease-1")  # another tenant, same GPU
     api.processes[101].gpu_instance = inst[1].gpu_instance_id
-    applier.apply(_desired(2, [1]))
+    applier.apply(mig_desired(2, [1]))
     assert "lease-0" in access.revoked and "lease-1" in access.grants
     assert 100 not in api.processes and 101 in api.processes  # never the neighbour
     assert applier.cleaning == {}  # the GPU was not cleaned whole
@@ -88,7 +73,7 @@ def test_a_torn_down_grant_cleans_only_its_own_instance(tmp_path: Path) -> None:
 def test_a_pending_reset_is_an_apply_error_and_not_converged(tmp_path: Path) -> None:
     applier, api, _ = _node(tmp_path)
     api.add_process(0, pid=7)  # a process on the whole GPU: the mode is not switched
-    applier.apply(_desired(1, [0]))
+    applier.apply(mig_desired(1, [0]))
     assert applier.generation_applied == 0 and not applier.converged()
     assert any(e["item"] == "mig/0" for e in applier.errors)
 
@@ -96,12 +81,12 @@ def test_a_pending_reset_is_an_apply_error_and_not_converged(tmp_path: Path) -> 
 def test_an_agent_without_mig_support_says_so(tmp_path: Path) -> None:
     applier, _, _ = _node(tmp_path)
     applier.mig = None
-    applier.apply(_desired(1, [0]))
+    applier.apply(mig_desired(1, [0]))
     assert [e["item"] for e in applier.errors] == ["mig"]
 
 
 def test_the_validator_refuses_a_bad_layout() -> None:
-    bad = _desired(1, [0])
+    bad = mig_desired(1, [0])
     bad["mig"][0]["instances"][0] = {"profile": "rm -rf", "start": 9}
     fields = {p["field"] for p in protocol.validate_desired_state(bad, "node")}
     assert fields == {"mig[0].instances[0].profile", "mig[0].instances[0].start"}
@@ -109,9 +94,9 @@ def test_the_validator_refuses_a_bad_layout() -> None:
 
 def test_a_gpu_left_without_instances_goes_back_to_whole_use(tmp_path: Path) -> None:
     applier, api, _ = _node(tmp_path)
-    applier.apply(_desired(1, [0]))
+    applier.apply(mig_desired(1, [0]))
     assert api.gpus[0].mig_mode == 1
-    applier.apply(_desired(2, []))
+    applier.apply(mig_desired(2, []))
     assert api.gpus[0].mig_mode == 0  # a whole-GPU lease placed here sees the GPU
     assert applier.errors == [] and applier.converged()
     assert applier.observed()["mig"][0]["mode"] == "disabled"
