@@ -182,6 +182,8 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = "UTC"
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 RECONCILE_EVERY_S = float(os.environ.get("GPUPOOL_RECONCILE_EVERY_S", "5"))
+# How long one reconciler beat may spend re-driving converging leases (the rest: next beat)
+GPUPOOL_RECONCILE_BUDGET_S = float(os.environ.get("GPUPOOL_RECONCILE_BUDGET_S", "30"))
 # The reconciler's repair sweep covers every granting node once per this (lifecycle/repair)
 GPUPOOL_REPUSH_SWEEP_S = float(os.environ.get("GPUPOOL_REPUSH_SWEEP_S", "600"))
 GPUPOOL_REPUSH_MIN_PER_BEAT = int(os.environ.get("GPUPOOL_REPUSH_MIN_PER_BEAT", "20"))
@@ -196,16 +198,23 @@ GPUPOOL_METRICS_TOKEN = os.environ.get("GPUPOOL_METRICS_TOKEN", "")
 GPUPOOL_METRICS_ALLOW = os.environ.get("GPUPOOL_METRICS_ALLOW", "")
 # The site's health-policy overrides (a YAML path; empty: the shipped table). ADR 0185
 GPUPOOL_HEALTH_POLICY = os.environ.get("GPUPOOL_HEALTH_POLICY", "")
+
+
+def _beat(task: str, every_s: float) -> dict[str, object]:
+    """A beat entry whose message expires after one period: a beat sent while the workers
+    are busy is dropped, not queued up in front of the lease steps (a stale sweep adds
+    nothing the next one will not do)."""
+    return {"task": task, "schedule": every_s, "options": {"expires": every_s}}
+
+
 CELERY_BEAT_SCHEDULE = {
-    "reconcile-leases": {"task": "portal.leasing.tasks.reconcile",
-                         "schedule": RECONCILE_EVERY_S},
-    "meter-usage": {"task": "billing.meter_usage",
-                    "schedule": float(os.environ.get("GPUPOOL_METER_EVERY_S", "300"))},
-    "finalize-invoices": {"task": "billing.finalize_invoices", "schedule": 3600.0},
-    "fleet-health-sweep": {"task": "portal.fleet.tasks.fleet_health_sweep", "schedule": 15.0},
-    "fleet-telemetry-purge": {"task": "portal.fleet.tasks.fleet_telemetry_purge",
-                              "schedule": 3600.0},
-    "webhooks-sweep": {"task": "portal.webhooks.tasks.sweep", "schedule": 60.0},
+    "reconcile-leases": _beat("portal.leasing.tasks.reconcile", RECONCILE_EVERY_S),
+    "meter-usage": _beat("billing.meter_usage",
+                         float(os.environ.get("GPUPOOL_METER_EVERY_S", "300"))),
+    "finalize-invoices": _beat("billing.finalize_invoices", 3600.0),
+    "fleet-health-sweep": _beat("portal.fleet.tasks.fleet_health_sweep", 15.0),
+    "fleet-telemetry-purge": _beat("portal.fleet.tasks.fleet_telemetry_purge", 3600.0),
+    "webhooks-sweep": _beat("portal.webhooks.tasks.sweep", 60.0),
 }
 
 # --- Outbound webhooks (portal/webhooks, ADR 0200) ----------------------------------------
@@ -242,9 +251,9 @@ ORDER_BOOKING_HORIZON_DAYS = int(os.environ.get("GPUPOOL_BOOKING_HORIZON_DAYS", 
 if os.environ.get("GPUPOOL_FX_RATES"):
     BILLING_FX_RATES = dict(i.split("=", 1) for i in env_list("GPUPOOL_FX_RATES", ""))
 if GPUPOOL_SIMULATED_AGENTS:
-    CELERY_BEAT_SCHEDULE["simulated-telemetry"] = {
-        "task": "portal.leasing.tasks.simulate_telemetry",
-        "schedule": float(os.environ.get("GPUPOOL_SIMULATED_TELEMETRY_S", "3"))}
+    CELERY_BEAT_SCHEDULE["simulated-telemetry"] = _beat(
+        "portal.leasing.tasks.simulate_telemetry",
+        float(os.environ.get("GPUPOOL_SIMULATED_TELEMETRY_S", "3")))
 
 # --- Auth ---------------------------------------------------------------------------
 AUTHENTICATION_BACKENDS = [

@@ -45,7 +45,7 @@ def start_beat_thread() -> threading.Thread:
                     continue
                 due[name] = now + schedule[name]
                 try:
-                    app.send_task(entry["task"])
+                    app.send_task(entry["task"], **entry.get("options", {}))
                 except Exception:
                     log.exception("demo beat could not enqueue %s", entry["task"])
 

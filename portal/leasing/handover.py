@@ -26,7 +26,7 @@ from portal.leasing.models import LeaseState as S
 from portal.leasing.states import ON_HARDWARE
 
 
-def earlier_holder() -> Q:
+def _earlier_holders() -> tuple[Exists, Exists]:
     """For an allocation row (the outer query): another lease still on its slot — holding
     it live, or freed early (a provisioning timeout) by a push its node has not applied."""
     same_slot = Allocation.objects.filter(gpu_id=OuterRef("gpu_id"), slot=OuterRef("slot")
@@ -36,12 +36,22 @@ def earlier_holder() -> Q:
     unapplied = same_slot.filter(live=False, released_generation__isnull=False).filter(
         Q(node__observed__isnull=True)
         | Q(node__observed__generation_applied__lt=F("released_generation")))
-    return Q(Exists(holding)) | Q(Exists(unapplied))
+    return Exists(holding), Exists(unapplied)
+
+
+def earlier_holder() -> Q:
+    holding, unapplied = _earlier_holders()
+    return Q(holding) | Q(unapplied)
 
 
 def unfenced(rows: QuerySet[Allocation]) -> QuerySet[Allocation]:
-    """The rows whose slot is free of earlier holders (those may be granted)."""
-    return rows.filter(~earlier_holder())
+    """The rows whose slot is free of earlier holders (those may be granted). Two
+    ``NOT EXISTS`` conjuncts, not ``NOT (EXISTS … OR EXISTS …)``: PostgreSQL turns the
+    former into hash anti-joins and ran the latter as two subplans per slot row — 0.85 s
+    instead of 0.15 s for the partition map of a 1,000-node pool (51,200 slot rows), which
+    every provisioning step derives (issue 27's healing benchmark)."""
+    holding, unapplied = _earlier_holders()
+    return rows.filter(~holding).filter(~unapplied)
 
 
 def is_fenced(lease: Lease) -> bool:

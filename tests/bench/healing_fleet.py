@@ -292,7 +292,9 @@ def _report(stack: Stack, r: Run, leases: list[str], o: argparse.Namespace) -> i
           f"(unbilled by metering: {unbilled:.0f})")
     offered = _offered_before_validation(stack)
     problems = check_invariants(stack)
-    print(f"double bookings / invariants: {problems or 'none'}; failed parts offered "
+    shown = "; ".join(p[:400] for p in problems[:3]) + (
+        f" … ({len(problems)} in all)" if len(problems) > 3 else "")
+    print(f"double bookings / invariants: {shown or 'none'}; failed parts offered "
           f"before validation: {offered}")
     p99_fenced = _pct(fenced, 0.99) if fenced else float("inf")
     p99_replaced = _pct(quick, 0.99) if quick else float("inf")

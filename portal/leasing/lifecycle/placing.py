@@ -30,32 +30,41 @@ class SlotConflict(Exception):
     pass
 
 
-def single_flight() -> None:
+def single_flight(*, wait: bool = True) -> bool:
     """Serialise scheduling passes: a transaction-scoped advisory lock on PostgreSQL.
+    ``wait=False`` only tries: False when another pass holds it (that pass places).
 
     (SQLite, the demo's database, takes its write lock at BEGIN IMMEDIATE instead.)
     """
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        if wait:
             cursor.execute("SELECT pg_advisory_xact_lock(%s)", [SCHEDULE_LOCK])
+            return True
+        cursor.execute("SELECT pg_try_advisory_xact_lock(%s)", [SCHEDULE_LOCK])
+        return bool(cursor.fetchone()[0])
 
 
 PASS_HISTOGRAM = "gpupool_schedule_pass_duration_seconds"
 
 
-def run_schedule_pass() -> dict[str, int]:
-    """Place what can be placed now; record why the rest waits. Single-flight. Each pass
-    that found a queue is timed (lock wait and commit included) into ``/metrics``."""
+def run_schedule_pass(*, wait: bool = True) -> dict[str, int]:
+    """Place what can be placed now; record why the rest waits. Single-flight: with
+    ``wait=False`` (the reconciler's backstop) a pass already running is left to place,
+    instead of holding a worker behind its lock. Each pass that found a queue is timed
+    (lock wait and commit included) into ``/metrics``."""
     started = time.perf_counter()
-    counts = _schedule_pass()
+    counts = _schedule_pass(wait)
     if counts["queued"]:
         histograms.observe(PASS_HISTOGRAM, time.perf_counter() - started)
     return counts
 
 
-def _schedule_pass() -> dict[str, int]:
+def _schedule_pass(wait: bool) -> dict[str, int]:
     with transaction.atomic():
-        single_flight()
+        if not single_flight(wait=wait):
+            return {"queued": 0, "placed": 0, "busy": 1}
         now = clock.now()
         queue = list(Lease.objects.select_for_update(**LOCK_SKIP)
                      .filter(state=S.QUEUED).select_related("tenant")

@@ -9,7 +9,7 @@ from django.db import transaction
 
 from portal.core import clock, histograms
 from portal.core.crash import crashpoint
-from portal.leasing import handover, migdevices, notify, states
+from portal.leasing import desired, handover, migdevices, notify, states
 from portal.leasing.lifecycle import dispatch, pushing, timing
 from portal.leasing.models import LOCK_SKIP, Lease
 from portal.leasing.models import LeaseState as S
@@ -28,21 +28,55 @@ def start(lease: Lease, now: datetime, *, fields: tuple[str, ...] = (),
     dispatch.step_on_commit("provision", lease.pk)
 
 
-def provision(lease_id: object) -> None:
-    """Write the desired state for the lease's nodes and the fabric (idempotent)."""
+def provision(lease_id: object, *, fabric: int | None = None) -> bool:
+    """Write the desired state for the lease's nodes and the fabric (idempotent); True if
+    this call pushed. ``fabric``: see ``pushing.push``."""
     with transaction.atomic():
         lease = pushing.lock(lease_id)
         if lease is None or lease.state != S.PROVISIONING or lease.provision_targets:
-            return
-        _push(lease)
+            return False
+        _push(lease, fabric=fabric)
         crashpoint("provision.after_push")
+        return True
 
 
-def _push(lease: Lease, *, fields: tuple[str, ...] = ()) -> None:
+def unpushed(limit: int) -> list[object]:
+    """Placed leases whose desired state is not written yet, oldest first."""
+    return list(Lease.objects.filter(state=S.PROVISIONING, provision_targets={})
+                .order_by("updated", "id").values_list("pk", flat=True)[:limit])
+
+
+def provision_batch(lease_id: object) -> None:
+    """The ``provision`` step: this lease and up to ``PROVISION_BATCH`` other placed ones
+    still waiting for their push, under ONE partition map. Deriving the map reads every
+    granting slot of the fleet, so a pass that placed 300 leases made 300 provisioning
+    steps derive it one after the other behind its row lock (the 1,000-node fill of
+    issue 27's healing benchmark stalled on it). The map is derived first, in its own
+    transaction: it is made of the slots the pass committed (placed leases' allocations,
+    not their pushes), so it covers every lease of the batch; each lease's nodes are then
+    pushed in a transaction of its own. A worker killed in between leaves the rest
+    unpushed, which the reconciler re-drives (and which derive the map again)."""
+    waiting = unpushed(PROVISION_BATCH)
+    mine = Lease.objects.filter(pk=lease_id, state=S.PROVISIONING, provision_targets={})
+    if not mine.exists():  # pushed already (by another lease's batch): nothing to derive
+        if not waiting:
+            return
+        lease_id = waiting[0]
+    peers = [pk for pk in waiting if str(pk) != str(lease_id)]
+    with transaction.atomic():
+        generation = desired.push_fabric()
+    for pk in [lease_id, *peers]:
+        provision(pk, fabric=generation)
+
+
+PROVISION_BATCH = 64
+
+
+def _push(lease: Lease, *, fields: tuple[str, ...] = (), fabric: int | None = None) -> None:
     """Push the lease's nodes. The fence is read BEFORE the push: slots only ever become
     free, so if it reads clear, the push granted every slot (see ``handover``)."""
     lease.handover_pending = handover.is_fenced(lease)
-    lease.provision_targets = pushing.push(lease)
+    lease.provision_targets = pushing.push(lease, fabric=fabric)
     lease.save(update_fields=["provision_targets", "handover_pending", "updated", *fields])
 
 

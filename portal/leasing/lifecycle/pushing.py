@@ -20,15 +20,17 @@ def lock(lease_id: object) -> Lease | None:
             .filter(pk=lease_id).first())
 
 
-def push(lease: Lease) -> dict[str, int]:
-    """Write the desired state of the lease's nodes and the fabric; the generations to
-    wait for (``provision_targets``). Simulated agents apply it after commit."""
+def push(lease: Lease, *, fabric: int | None = None) -> dict[str, int]:
+    """Write the desired state of the lease's nodes and the fabric (``fabric``: the
+    generation of a partition map already pushed since the lease's rows were written: not
+    derived again); the generations to wait for (``provision_targets``). Simulated agents
+    apply it after commit."""
     targets: dict[str, int] = {}
     for node in desired.lease_nodes(lease):
         generation = desired.push_node(node)
         if node.service in KEPT_BY_LEASES:  # a node sent to repair is not waited for
             targets[str(node.pk)] = generation
-    targets[FABRIC] = desired.push_fabric()
+    targets[FABRIC] = desired.push_fabric() if fabric is None else fabric
     if settings.GPUPOOL_SIMULATED_AGENTS:
         dispatch.simulated_agents_on_commit([k for k in targets if k != FABRIC])
     return targets

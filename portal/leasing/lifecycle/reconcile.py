@@ -4,11 +4,14 @@ convergence never depends on a message surviving in Redis."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import DatabaseError, transaction
 
 from portal.core.errors import ApplicationError
@@ -30,10 +33,12 @@ from portal.leasing.models import Allocation, Lease
 from portal.leasing.models import LeaseState as S
 
 log = logging.getLogger(__name__)
+# the marker outlives a reconciler killed at its hard time limit by a little, never more
+RUNNING_HOLD_S = 130
 
 # The steps a ``lease_step`` task runs by name, and the step each one is followed by.
 STEPS: dict[str, Callable[[object], None]] = {
-    "provision": provisioning.provision,
+    "provision": provisioning.provision_batch,
     "check_provisioned": provisioning.check_provisioned,
     "teardown": releasing.teardown,
     "check_released": releasing.check_released,
@@ -71,28 +76,79 @@ def check_leases_on(node_ids: list[Any]) -> None:
         node_converged(node_id)
 
 
+RUNNING_KEY = "gpupool:reconcile-running"
+
+
 def reconcile_once() -> dict[str, int]:
     """Expire, start due reservations, warn, re-drive converging leases, re-push drifted
-    nodes, and run a pass if anything is queued."""
+    nodes, and run a pass if anything is queued. Single-flight: the beat sends one every
+    few seconds, and a beat that finds the last one still running returns at once (one
+    reconciler at a time, never a queue of them in front of the lease steps)."""
+    try:
+        mine = cache.add(RUNNING_KEY, 1, timeout=RUNNING_HOLD_S)
+    except Exception:  # Redis down: converge anyway (the reconciler never needs Redis)
+        log.warning("reconciler marker unavailable; running unguarded", exc_info=True)
+        mine = True
+    if not mine:
+        return {"skipped": 1}
+    try:
+        return _reconcile()
+    finally:
+        with contextlib.suppress(Exception):
+            cache.delete(RUNNING_KEY)
+
+
+def _reconcile() -> dict[str, int]:
     # Expiry first: a reservation due now must find the lease it follows already releasing.
     counts = {"expired": expiry.expire_due()}
     counts["started"] = provisioning.start_due_reservations()
     counts["warned"] = expiry.warn_expiring()
     counts["expiries_scheduled"] = expiry.schedule_near_expiries()
-    for lease in Lease.objects.filter(state__in=sorted(states.CONVERGING)).only(
-            "id", "state", "provision_targets"):
-        if lease.state == S.PROVISIONING:
-            step = "check_provisioned" if lease.provision_targets else "provision"
-        else:
-            step = "check_released" if lease.provision_targets else "teardown"
-        follow = run_step(step, lease.pk)
-        if follow:
-            run_step(follow, lease.pk)
+    counts.update(drive_converging())
     counts["repushed"] = repush_drifted_nodes()
     counts["healing"] = healing.heal_pending()  # repairs go ahead of new orders
     if Lease.objects.filter(state=S.QUEUED).exists():
-        counts.update(placing.run_schedule_pass())
+        counts.update(placing.run_schedule_pass(wait=False))
     return counts
+
+
+def converging_steps() -> list[tuple[str, Any]]:
+    """Each converging lease with the step that moves it: the ones whose first step never
+    ran (a lost message: nothing was pushed yet) before the ones only waiting on agents,
+    oldest first within each."""
+    first: list[tuple[str, Any]] = []
+    checks: list[tuple[str, Any]] = []
+    for lease in Lease.objects.filter(state__in=sorted(states.CONVERGING)).order_by(
+            "updated", "id").only("id", "state", "provision_targets"):
+        provisioning_ = lease.state == S.PROVISIONING
+        if lease.provision_targets:
+            checks.append(("check_provisioned" if provisioning_ else "check_released",
+                           lease.pk))
+        else:
+            first.append(("provision" if provisioning_ else "teardown", lease.pk))
+    return first + checks
+
+
+def drive_converging(budget_s: float | None = None) -> dict[str, int]:
+    """Re-drive converging leases within a time budget (the rest at the next beat). One
+    lease's failure is logged and skipped: it never stops the others being driven."""
+    budget = settings.GPUPOOL_RECONCILE_BUDGET_S if budget_s is None else budget_s
+    started = time.monotonic()
+    driven = failed = 0
+    for step, lease_id in converging_steps():
+        if time.monotonic() - started > budget:
+            break
+        try:
+            follow = run_step(step, lease_id)
+            if follow:
+                run_step(follow, lease_id)
+        except (DatabaseError, ApplicationError):
+            log.exception("reconciler: %s of lease %s failed; next beat again", step,
+                          lease_id)
+            failed += 1
+            continue
+        driven += 1
+    return {"driven": driven, "step_errors": failed}
 
 
 def repush_drifted_nodes(budget: int | None = None) -> int:

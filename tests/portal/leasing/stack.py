@@ -35,6 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 
 from agents.protocol import SERVER_KEEP_ALIVE_S
+from tests.portal.leasing.autoanalyze import Autoanalyze
 
 ROOT = Path(__file__).resolve().parents[3]
 PYTHON = str(ROOT / ".venv" / "bin" / "python") if (ROOT / ".venv" / "bin" / "python").exists() \
@@ -105,6 +106,8 @@ class StackConfig:
     # The ASGI server's settings: the real ones with CONN_MAX_AGE=0 (see stack_settings.py).
     web_settings: str = "tests.portal.leasing.stack_settings"
     env: dict[str, str] = field(default_factory=dict)
+    # autovacuum's ANALYZE where the server has it off (autoanalyze.py)
+    analyze_every_s: float = 20.0
 
 
 class Stack:
@@ -126,6 +129,7 @@ class Stack:
         self._db_created = False
         self._seq = itertools.count()
         self.timings: dict[str, float] = {}
+        self.autoanalyze = Autoanalyze(self.connect, self.config.analyze_every_s)
 
     # --- lifecycle --------------------------------------------------------------------------
     _previous_sigterm: Any = None
@@ -151,6 +155,7 @@ class Stack:
         self.start_redis()
         self._seed()
         self.timings["seed_s"] = time.perf_counter() - began
+        self.autoanalyze.start()  # this server runs without autovacuum (autoanalyze.py)
         self.start_web()
         for _ in range(self.config.workers):
             self.start_worker()
@@ -395,6 +400,7 @@ class Stack:
                 os.killpg(proc.pid, signal.SIGKILL)
 
     def close(self) -> None:
+        self.autoanalyze.stop()
         for proc in reversed(self._all):  # throwaway processes: no graceful shutdown
             with contextlib.suppress(Exception):
                 self._kill(proc, signal.SIGKILL)
