@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import replace
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -166,3 +167,82 @@ def test_the_kept_score_context_is_the_same_object_when_nothing_changed() -> Non
     assert kept.context(snap, queue) is first
     changed = Snapshot(base.nodes, base.topology, leases[1:])
     assert _fields(kept.context(changed, queue)) == _fields(score_context(changed, queue))
+
+
+def test_a_fork_shares_the_holders_of_its_base_until_it_changes_them() -> None:
+    """Holders are copied on write (issue 30): fractions a fork places never reach the
+    base, nor the base's later changes a live fork."""
+    from scheduler.cluster import ClusterState
+    from scheduler.policy import get_policy
+
+    snap = cluster(4, per_leaf=4)
+    node = snap.nodes[0].name
+    held = Lease("a", "t1", PriorityClass.ON_DEMAND,
+                 (NodeAllocation(node, ((0, 500),), 1000, 1024),), 0, None)
+    ctx = score_context(snap, [])
+    pol = get_policy(None)
+    warm = WarmBase()
+    fork = warm.state(snap.nodes, pol, ctx, [held])
+    fork.consume(NodeAllocation(node, ((0, 250),), 1000, 1024), tenant="t2")
+    fork.consume(NodeAllocation(node, ((1, 250),), 1000, 1024), tenant="t2")
+    fresh = ClusterState(snap.nodes, pol, ctx, [held])
+    again = warm.state(snap.nodes, pol, ctx, [held])
+    assert again.holders == fresh.holders
+    assert fork.holders[0] == {0: {"t1": 500, "t2": 250}, 1: {"t2": 250}}
+    other = Lease("b", "t3", PriorityClass.ON_DEMAND,
+                  (NodeAllocation(node, ((2, 300),), 1000, 1024),), 0, None)
+    warm.state(snap.nodes, pol, ctx, [held, other])  # the base takes a new lease
+    assert fork.holders[0] == {0: {"t1": 500, "t2": 250}, 1: {"t2": 250}}
+
+
+def test_the_collector_is_off_during_a_pass_and_restored_after(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from scheduler import gcpause
+    from scheduler.decisions import Decision
+
+    seen: list[bool] = []
+    decide = engine._Pass.decide
+
+    def spy(self: engine._Pass, request: Request, want_earliest: bool) -> Decision:
+        seen.append(gc.isenabled())
+        return decide(self, request, want_earliest)
+
+    monkeypatch.setattr(engine._Pass, "decide", spy)
+    snap = cluster(4, per_leaf=4)
+    rng = random.Random(1)
+    queue = [_order(rng, f"q{k}", 0) for k in range(3)]
+    assert gc.isenabled()
+    engine.schedule_pass(snap, queue, 0)
+    engine.quote(snap, queue[0], 0)
+    assert seen and not any(seen)
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gcpause.paused(), gcpause.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()  # it was off before: it stays off
+    finally:
+        gc.enable()
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries=st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3000),
+                                  st.integers(0, 30), st.integers(0, 3)), max_size=80),
+       version=st.lists(st.integers(0, 3), min_size=31, max_size=31),
+       limit=st.integers(1, 40))
+def test_the_smallest_valid_victim_options_are_those_of_a_full_sort(
+        entries: list[tuple[int, int, int, int]], version: list[int], limit: int) -> None:
+    import heapq
+
+    from scheduler.preempt import _smallest_valid
+
+    heap: list[tuple[int, int, int, int]] = []
+    pushed: set[tuple[int, int]] = set()
+    for c, m, i, v in entries:
+        if (i, v) not in pushed:  # one entry per node and version, as the heap has
+            pushed.add((i, v))
+            heapq.heappush(heap, (c, m, i, v))
+    want = sorted({(c, m, i) for c, m, i, v in heap if v == version[i]})[:limit]
+    assert _smallest_valid(heap, version, limit) == want
