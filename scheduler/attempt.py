@@ -94,8 +94,11 @@ def breakdown(state: ClusterState, shape: Shape, found: Found) -> dict[str, floa
     out: dict[str, float] = {}
     for c in found.choices:
         key = state.view(c.node, shape)[0]
-        parts = state.policy.explain(state.ctx, key, shape, c.option,
-                                     apply(key, shape, c.option))
+        memo_key = (shape, key, c.option)
+        parts = state.explained.get(memo_key)
+        if parts is None:  # scorers are pure: one breakdown per (shape, key, option)
+            parts = state.explained[memo_key] = state.policy.explain(
+                state.ctx, key, shape, c.option, apply(key, shape, c.option))
         for name, value in parts.items():
             out[name] = round(out.get(name, 0.0) + value, 6)
     out["hops"] = float(found.hops)

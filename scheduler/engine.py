@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
+from scheduler import gcpause
 from scheduler.attempt import Found, breakdown, commit, find, shape_of
 from scheduler.cluster import ClusterState
 from scheduler.context import free_at, needs_one_leaf, score_context
@@ -51,7 +52,12 @@ class _Pass:
                  policy: str | None, warm: WarmBase | None = None) -> None:
         self.snapshot, self.now = snapshot, now
         self.policy = get_policy(policy)
-        self.ctx = score_context(snapshot, queue)
+        if warm is None:
+            self.ctx = score_context(snapshot, queue)
+            models = sorted({n.model for n in snapshot.nodes if n.model})
+        else:  # kept between passes (scheduler.warmctx)
+            self.ctx, kept = warm.context.context_and_models(snapshot, queue)
+            models = list(kept)
         self.committed: dict[str, Lease] = {le.id: le for le in snapshot.leases}
         self.active = {le.id: le for le in snapshot.leases if le.overlaps(now, now + 1)}
         # Active leases that some request may reclaim (spot or borrowed).
@@ -62,11 +68,16 @@ class _Pass:
         self._cands: dict[Reclaimer, dict[str, Lease]] = {}
         self.future = [le for le in snapshot.leases if le.start > now]
         self._warm = warm
-        self.base = self._running_state(self.active.values())
-        self.ledger = QuotaLedger(self.active.values())
+        if warm is None:
+            self.base = self._state(self.active.values())
+            self.ledger = QuotaLedger(self.active.values())
+        else:  # the warm base forked, and the ledger kept with it
+            self.base, used = warm.state_and_used(snapshot.nodes, self.policy, self.ctx,
+                                                  self.active.values())
+            self.ledger = QuotaLedger.of(used)
         for lease in self.preemptible.values():
             self._index_preemptible(lease, True)
-        self.models = sorted({n.model for n in snapshot.nodes if n.model})
+        self.models = models
         self._initial: ClusterState | None = None
         self._empty: ClusterState | None = None
         self._fixed: dict[tuple[str, Shape, int, Locality | None, bool], bool] = {}
@@ -99,7 +110,8 @@ class _Pass:
         return self._explain(req, shape, adm, want_earliest)
 
     def _apply(self, leases: Sequence[Lease], sign: int) -> None:
-        self.base.consume_all(leases, sign)
+        if leases:  # most orders overlap no future lease: skip the batch's set-up
+            self.base.consume_all(leases, sign)
 
     def _place_now(self, req: Request, shape: Shape, adm: Admission) -> Placement | None:
         found = find(self.base, req, shape, self.snapshot.topology)
@@ -290,26 +302,28 @@ def schedule_pass(snapshot: Snapshot, queue: Sequence[Request], now: int,
     unplaceable ones also get an earliest start from the calendar. ``warm``: the
     caller's working state kept between passes (``scheduler.warm``; the same decisions,
     less work)."""
-    run = _Pass(snapshot, queue, now, policy, warm)
-    decisions: list[Decision] = []
-    budget = earliest_start_limit
-    ordered = queue_order(snapshot, queue, now)
-    run.reserve_for(ordered)
-    for request in ordered:
-        decision = run.decide(request, budget > 0)
-        if isinstance(decision, Unplaceable):
-            budget -= 1
-            run.hold_for(request, decision)
-        decisions.append(decision)
+    with gcpause.paused():
+        run = _Pass(snapshot, queue, now, policy, warm)
+        decisions: list[Decision] = []
+        budget = earliest_start_limit
+        ordered = queue_order(snapshot, queue, now)
+        run.reserve_for(ordered)
+        for request in ordered:
+            decision = run.decide(request, budget > 0)
+            if isinstance(decision, Unplaceable):
+                budget -= 1
+                run.hold_for(request, decision)
+            decisions.append(decision)
     return PassResult(tuple(decisions))
 
 
 def quote(snapshot: Snapshot, request: Request, now: int,
           policy: str | None = None, *, warm: WarmBase | None = None) -> Quote:
     """Preview one request against the snapshot (nothing is committed anywhere)."""
-    run = _Pass(snapshot, [request], now, policy, warm)
-    run.reserve_for([request])
-    decision = run.decide(request, True)
+    with gcpause.paused():
+        run = _Pass(snapshot, [request], now, policy, warm)
+        run.reserve_for([request])
+        decision = run.decide(request, True)
     if isinstance(decision, Placement):
         return Quote(True, None, decision.start, decision)
     return Quote(False, decision.reason, decision.earliest_start, None)

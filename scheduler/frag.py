@@ -26,7 +26,16 @@ def typical_task_mix(
 
     Types are sorted by count (then by value, for determinism) and renormalised.
     """
-    counts = Counter(tasks)
+    return mix_of_counts(Counter(tasks), coverage)
+
+
+def mix_of_counts(
+    counts: Mapping[tuple[int, int, int, frozenset[str]], int],
+    coverage: float = TYPICAL_COVERAGE,
+) -> tuple[TaskType, ...]:
+    """:func:`typical_task_mix` of tasks already counted by type (the warm score context
+    keeps the counts of running leases between passes)."""
+    counts = {task: n for task, n in counts.items() if n > 0}
     total = sum(counts.values())
     if not total:
         return ()

@@ -147,14 +147,35 @@ def _best_options(state: ClusterState, sid: int, shape: Shape, index: CandidateI
     """The ``limit`` best per-node victim options (fewest victims, least milli, node
     order) — the bounded candidate set for a gang."""
     heap = _victim_heap(state, sid, shape, index)
-    version = state.version
-    valid = sorted({(c, m, i) for c, m, i, v in heap if v == version[i]})[:limit]
+    valid = _smallest_valid(heap, state.version, limit)
     out = []
     for _, _, i in valid:
         opt = _node_option(state, i, sid, shape, index)
         if opt is not None:
             out.append(opt)
     out.sort(key=lambda o: o[2])
+    return out
+
+
+def _smallest_valid(heap: list[tuple[int, int, int, int]], version: Sequence[int],
+                    limit: int) -> list[tuple[int, int, int]]:
+    """The ``limit`` smallest entries of ``heap`` whose version is current, as sorted
+    ``(victims, milli, node)``: a walk down the heap from its root (a child is never
+    smaller than its parent), O(k log k) for k entries visited, where sorting every
+    valid entry cost ≈ 3 ms a gang at 10,000 nodes (issue 30). A node has at most one
+    current entry (each push is at a new version)."""
+    out: list[tuple[int, int, int]] = []
+    if not heap:
+        return out
+    frontier = [(heap[0], 0)]
+    size = len(heap)
+    while frontier and len(out) < limit:
+        (c, m, i, v), j = heapq.heappop(frontier)
+        if v == version[i]:
+            out.append((c, m, i))
+        for child in (2 * j + 1, 2 * j + 2):
+            if child < size:
+                heapq.heappush(frontier, (heap[child], child))
     return out
 
 

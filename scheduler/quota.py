@@ -28,6 +28,13 @@ class QuotaLedger:
         for lease in leases:
             self.add(lease.tenant, lease.model, lease.milli)
 
+    @classmethod
+    def of(cls, used: dict[tuple[str, str], int]) -> QuotaLedger:
+        """A ledger holding ``used`` (taken, not copied)."""
+        ledger = cls(())
+        ledger.used = used
+        return ledger
+
     def add(self, tenant: str, model: str, milli: int) -> None:
         self.used[(tenant, model)] = self.used.get((tenant, model), 0) + milli
 

@@ -28,6 +28,9 @@ from scheduler.cluster import ClusterState
 from scheduler.model import Lease, Node
 from scheduler.policy import Policy
 from scheduler.scores import ScoreContext
+from scheduler.warmctx import WarmContext
+
+Used = dict[tuple[str, str], int]  # milli-GPU held per (tenant, model): the quota ledger
 
 # A difference of more leases than this share of the running ones is rebuilt instead.
 REBUILD_SHARE = 0.5
@@ -51,34 +54,46 @@ class WarmBase:
         self._lock = threading.Lock()
         self._base: ClusterState | None = None
         self._leases: dict[str, Lease] = {}
+        self._used: Used = {}
         self.stats = WarmStats()
+        # The score context, kept the same way (``scheduler.warmctx``).
+        self.context = WarmContext()
 
     def forget(self) -> None:
         with self._lock:
-            self._base, self._leases = None, {}
+            self._base, self._leases, self._used = None, {}, {}
+        self.context.forget()
 
     def state(self, nodes: Sequence[Node], policy: Policy, ctx: ScoreContext,
               running: Iterable[Lease]) -> ClusterState:
         """A state of ``nodes`` holding ``running`` (the leases running now), scored
         with ``ctx``: the warm base brought up to date and forked, or a fresh build."""
+        return self.state_and_used(nodes, policy, ctx, running)[0]
+
+    def state_and_used(self, nodes: Sequence[Node], policy: Policy, ctx: ScoreContext,
+                       running: Iterable[Lease]) -> tuple[ClusterState, Used]:
+        """``state``, and the milli-GPU ``running`` holds per (tenant, model) (what
+        ``QuotaLedger`` counts; kept with the base instead of summed every pass)."""
         leases = {lease.id: lease for lease in running}
         with self._lock:
             base = self._base
             try:
                 fits = base is not None and self._fits(base, nodes, policy, ctx, leases)
             except BaseException:
-                self._base, self._leases = None, {}  # half brought up to date: drop it
-                raise
+                self._base, self._leases, self._used = None, {}, {}  # half brought up
+                raise  # to date: drop it
             if base is None or not fits:
                 base = ClusterState(nodes, policy, ctx, leases.values())
+                used = _used_by(leases.values())
                 self.stats.rebuilt += 1
                 if not _history_free(base):
-                    self._base, self._leases = None, {}
-                    return base
+                    self._base, self._leases, self._used = None, {}, {}
+                    return base, used
             else:
                 self.stats.reused += 1
-            self._base, self._leases = base, leases
-            return base.fork(ctx)
+                used = self._used
+            self._base, self._leases, self._used = base, leases, used
+            return base.fork(ctx), dict(used)
 
     def _fits(self, base: ClusterState, nodes: Sequence[Node], policy: Policy,
               ctx: ScoreContext, leases: dict[str, Lease]) -> bool:
@@ -87,12 +102,17 @@ class WarmBase:
                 or not _history_free(base)):
             return False
         old = self._leases
-        gone = [lease for key, lease in old.items() if not _same(leases.get(key), lease)]
-        new = [lease for key, lease in leases.items() if not _same(old.get(key), lease)]
+        get_new, get_old = leases.get, old.get
+        gone = [lease for key, lease in old.items()  # ``is`` first: the common case
+                if get_new(key) is not lease and not _same(get_new(key), lease)]
+        new = [lease for key, lease in leases.items()
+               if get_old(key) is not lease and not _same(get_old(key), lease)]
         if len(gone) + len(new) > REBUILD_SHARE * len(leases) + 64:
             return False
         base.consume_all(gone, -1)
         base.consume_all(new)
+        _count_used(self._used, gone, -1)
+        _count_used(self._used, new, 1)
         if policy.uses_fabric and base.ctx.fabric != ctx.fabric:
             if not base.refabric(ctx):
                 return False
@@ -102,11 +122,29 @@ class WarmBase:
         return True
 
 
+def _used_by(leases: Iterable[Lease]) -> Used:
+    used: Used = {}
+    _count_used(used, leases, 1)
+    return used
+
+
+def _count_used(used: Used, leases: Iterable[Lease], sign: int) -> None:
+    """As ``QuotaLedger.add`` for each lease (an entry that drops to 0 is removed: a
+    ledger reads a missing entry as 0)."""
+    for lease in leases:
+        key = (lease.tenant, lease.model)
+        total = used.get(key, 0) + sign * lease.milli
+        if total or sign > 0:
+            used[key] = total
+        else:
+            used.pop(key, None)
+
+
 def _same_nodes(held: Sequence[Node], nodes: Sequence[Node]) -> bool:
     """The same nodes in the same order (the portal's cached nodes are the same objects
     from pass to pass; a node replaced, e.g. cordoned as unreachable, is compared)."""
-    return len(held) == len(nodes) and all(
-        a is b or a == b for a, b in zip(held, nodes, strict=True))
+    return held is nodes or (len(held) == len(nodes) and all(
+        a is b or a == b for a, b in zip(held, nodes, strict=True)))
 
 
 def _same(held: Lease | None, lease: Lease) -> bool:
