@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import dj_database_url
+from kombu import Queue
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("GPUPOOL_DATA_DIR", BASE_DIR / "data"))
@@ -175,6 +176,14 @@ CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 if not REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"polling_interval": 0.05}
+# Two queues. The beat's control sweeps (the reconciler, the health sweep that fences a
+# silent node) go to "control", so they never wait behind a backlog of lease steps in the
+# FIFO "celery" queue; a worker started without -Q consumes both (kombu alternates between
+# them). At 1,000 nodes a backlog made silence detection wait for minutes (issue 27).
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_QUEUES = (Queue("celery"), Queue("control"))
+CONTROL_TASKS = ("portal.leasing.tasks.reconcile", "portal.fleet.tasks.fleet_health_sweep")
+CELERY_TASK_ROUTES = {name: {"queue": "control"} for name in CONTROL_TASKS}
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_RESULT_BACKEND = None
@@ -212,7 +221,8 @@ CELERY_BEAT_SCHEDULE = {
     "meter-usage": _beat("billing.meter_usage",
                          float(os.environ.get("GPUPOOL_METER_EVERY_S", "300"))),
     "finalize-invoices": _beat("billing.finalize_invoices", 3600.0),
-    "fleet-health-sweep": _beat("portal.fleet.tasks.fleet_health_sweep", 15.0),
+    "fleet-health-sweep": _beat("portal.fleet.tasks.fleet_health_sweep",
+                                float(os.environ.get("GPUPOOL_HEALTH_SWEEP_S", "5"))),
     "fleet-telemetry-purge": _beat("portal.fleet.tasks.fleet_telemetry_purge", 3600.0),
     "webhooks-sweep": _beat("portal.webhooks.tasks.sweep", 60.0),
 }

@@ -354,7 +354,7 @@ class Stack:
     def start_worker(self, **extra_env: str) -> subprocess.Popen[bytes]:
         n = next(self._seq)
         proc = self._spawn(f"worker{n}", [
-            PYTHON, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "-Q", "celery",
+            PYTHON, "-m", "celery", "-A", "portal", "worker", "--pool=solo", "-Q", "control,celery",
             "-n", f"w{n}-{os.getpid()}@%h", "--without-gossip", "--without-mingle",
             "--without-heartbeat", f"--loglevel={self.config.worker_loglevel}"],
             self.env(**extra_env))

@@ -150,3 +150,14 @@ def test_a_batch_cut_short_leaves_the_rest_to_the_reconciler(
     for lease in (second, third):
         lease.refresh_from_db()
         assert lease.provision_targets
+
+
+def test_control_sweeps_have_a_queue_of_their_own_that_every_worker_consumes() -> None:
+    from portal.celery import app
+
+    route = app.amqp.router.route
+    assert route({}, "portal.leasing.tasks.reconcile")["queue"].name == "control"
+    assert route({}, "portal.fleet.tasks.fleet_health_sweep")["queue"].name == "control"
+    assert route({}, "portal.leasing.tasks.lease_step")["queue"].name == "celery"
+    # a worker started without -Q (the shipped unit, the Containerfile) consumes both
+    assert {q.name for q in app.amqp.queues.values()} == {"celery", "control"}
