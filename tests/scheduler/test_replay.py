@@ -113,3 +113,34 @@ def test_gpuspec_observed_form_draws_the_files_specs_by_pod_shape():
                               for p in fractional)
     t4 = sum(p.models == {"T4"} for p in fractional) / len(fractional)
     assert 0.6 < t4 < 0.78  # the file: 108 of 156 fractional specs name T4 alone
+
+
+@pytest.mark.parametrize(("variant", "kind", "share"), [
+    ("multigpu20", "multigpu", 0.20), ("multigpu50", "multigpu", 0.50),
+    ("gpushare40", "gpushare", 0.40), ("gpushare100", "gpushare", 1.00)])
+def test_fgd_variant_has_its_share_of_gpu_pods(variant, kind, share):
+    from scheduler.bench.replay.trace import Pod
+    from scheduler.bench.replay.variants import apply_variant, in_class
+    from scheduler.bench.replay.variants import share as variant_share
+
+    # the default trace's proportions, roughly: 1 % multi-GPU, 44 % fractional, CPU-only
+    shapes = [(2, 1000)] * 3 + [(8, 1000)] * 2 + [(1, 460)] * 200 + [(1, 1000)] * 255
+    pods = [Pod(f"p{i}", 4000, 8192, *shapes[i % len(shapes)], frozenset())
+            for i in range(4600)] + [Pod(f"c{i}", 4000, 8192, 0, 0, frozenset())
+                                     for i in range(400)]
+    out = apply_variant(pods, variant)
+    assert out == apply_variant(pods, variant)  # seeded per pod name
+    assert [p.name for p in out] == [p.name for p in pods]
+    assert all(not p.num_gpu for p in out[4600:])  # CPU-only pods untouched
+    assert abs(variant_share(out, variant) - share) < 0.03
+    # a re-shaped pod takes a donor's whole shape: its class is consistent
+    assert all(in_class(kind, p) == (p.num_gpu > 1 if kind == "multigpu"
+                                     else p.gpu_milli < 1000) for p in out if p.num_gpu)
+
+
+def test_variant_cli_records_the_variant(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["snapshot", "--nodes", str(DATA / "nodes_slice.csv"),
+                 "--pods", str(DATA / "pods_slice.csv"), "--tune", "1.3",
+                 "--variant", "gpushare100", "--out", str(out)]) == 0
+    assert json.loads(out.read_text())["variant"] == "gpushare100"

@@ -19,6 +19,7 @@ from scheduler.bench.replay.trace import (
     score_context,
     tune,
 )
+from scheduler.bench.replay.variants import VARIANTS, apply_variant
 from scheduler.policy import DEFAULT_POLICY, POLICIES, get_policy
 
 
@@ -50,6 +51,10 @@ def _parser() -> argparse.ArgumentParser:
                             "model (both V100 sizes), the form of FGD's gpuspec traces; "
                             "observed: the spec frequencies by pod shape counted in "
                             "FGD's gpuspec33 file (one model or several)")
+        p.add_argument("--variant", choices=sorted(VARIANTS), default=None,
+                       help="FGD's workload variants, derived from the given pods: "
+                            "multigpuN / gpushareN make N %% of GPU pods multi-GPU / "
+                            "fractional (ADR 0237)")
     tl = sub.choices["timeline"]
     tl.add_argument("--tenants", type=int, default=8)
     tl.add_argument("--retry-window", type=int, default=64)
@@ -60,6 +65,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     nodes = load_nodes(args.nodes)
     originals = load_pods(args.pods)
+    if args.variant:
+        originals = tuple(apply_variant(originals, args.variant))
     if args.gpuspec:
         originals = tuple(constrain(originals, nodes, args.gpuspec, args.gpuspec_form))
     if args.models == "ignored":
@@ -75,7 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                               plan_models=args.models != "unplanned")
         report["seed"] = None if args.as_given or args.tune is None else args.seed
         report["models"], report["gpuspec"] = args.models, args.gpuspec
-        report["gpuspec_form"] = args.gpuspec_form
+        report["gpuspec_form"], report["variant"] = args.gpuspec_form, args.variant
         summary = (f"policy={policy.name} pods={report['pods']} placed={report['placed']} "
                    f"alloc@100={alloc_at(report, 100)} alloc@130={alloc_at(report, 130)} "
                    f"decision_ms={report['decision_ms']}")
