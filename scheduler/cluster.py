@@ -124,6 +124,7 @@ class ClusterState:
         self.ctx, self.leaves = ctx, leaves
         self._load_leaves()
         self._key_all()
+        self._views.clear()  # the leaf flags changed without new node versions
         return True
 
     def _start_pass(self) -> None:
@@ -146,10 +147,17 @@ class ClusterState:
         self.victim_memo: dict[tuple[int, int, int, tuple[str, ...]],
                                tuple[tuple[int, ...], int, tuple[Cost, Option]] | None] = {}
         self._shape_ids: dict[Shape, int] = {}
-        # Per (shape id, request kind): heap of (victims, milli, node, version) and the
-        # change-log position it has caught up with (see scheduler.preempt).
-        self.victim_heaps: dict[tuple[int, Hashable],
-                                tuple[list[tuple[int, int, int, int]], int]] = {}
+        # Tenant views (``view``) per (node, tenant): (node version, view).
+        self._views: dict[tuple[int, str],
+                          tuple[int, tuple[NodeKey, list[int], dict[int, int]]]] = {}
+        # Per (shape id, request kind): heap of (victims, milli, node, version), the
+        # change-log position it has caught up with, and per node the version and victim
+        # option (victims, milli, node, leases, choice) of its newest entry (see
+        # scheduler.preempt).
+        self.victim_heaps: dict[
+            tuple[int, Hashable],
+            tuple[list[tuple[int, int, int, int]], int,
+                  dict[int, tuple[int, tuple[int, int, int, list[Lease], Choice]]]]] = {}
         # Inside ``batch()``: nodes and leaves whose keys are due at the end of it.
         self._due_nodes: dict[int, None] | None = None
         self._due_leaves: set[int] = set()
@@ -262,16 +270,26 @@ class ClusterState:
         """Node ``i``'s key, domain order and free milli as ``shape`` may use them: for a
         fractional shape of a tenant, GPUs shared with another tenant count as full."""
         free = self.gpu_free[i]
-        foreign = (self._foreign(i, shape.tenant, free)
-                   if shape.fractional and i in self.mixed else set())
-        if not foreign:
+        if not (shape.fractional and i in self.mixed):
             return self.keys[i], self.order[i], free
-        masked = {g: (0 if g in foreign else v) for g, v in free.items()}
-        n = self.nodes[i]
-        doms = [[masked[g] for g in dom] for dom in self.domains[i]]
-        key, order = make_key(n.model, n.cpu_milli, n.memory_mib, self.cpu_free[i],
-                              self.mem_free[i], doms, self._fabric_flag(i))
-        return key, order, masked
+        # A tenant's view of a node is kept per node version: every change to a node
+        # (its counts, holders, leaf flags) gives it a new version (issue 30: the same
+        # view was rebuilt once per fractional shape of the tenant).
+        seen = self._views.get((i, shape.tenant))
+        if seen is not None and seen[0] == self.version[i]:
+            return seen[1]
+        foreign = self._foreign(i, shape.tenant, free)
+        if not foreign:
+            out = self.keys[i], self.order[i], free
+        else:
+            masked = {g: (0 if g in foreign else v) for g, v in free.items()}
+            n = self.nodes[i]
+            doms = [[masked[g] for g in dom] for dom in self.domains[i]]
+            key, order = make_key(n.model, n.cpu_milli, n.memory_mib, self.cpu_free[i],
+                                  self.mem_free[i], doms, self._fabric_flag(i))
+            out = key, order, masked
+        self._views[(i, shape.tenant)] = (self.version[i], out)
+        return out
 
     def _heap_for(self, shape: Shape) -> list[Entry]:
         sh = self.heaps.get(shape)

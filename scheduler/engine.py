@@ -314,6 +314,10 @@ def schedule_pass(snapshot: Snapshot, queue: Sequence[Request], now: int,
                 budget -= 1
                 run.hold_for(request, decision)
             decisions.append(decision)
+        # The pass's working state freed while the collector is still off: when it
+        # comes back on, its first collection walks the young objects still alive, and
+        # with the fork's heaps and memos alive that was ≈ 0.1 s at 10,000 nodes.
+        del run
     return PassResult(tuple(decisions))
 
 
@@ -324,6 +328,7 @@ def quote(snapshot: Snapshot, request: Request, now: int,
         run = _Pass(snapshot, [request], now, policy, warm)
         run.reserve_for([request])
         decision = run.decide(request, True)
+        del run  # freed while the collector is off (see ``schedule_pass``)
     if isinstance(decision, Placement):
         return Quote(True, None, decision.start, decision)
     return Quote(False, decision.reason, decision.earliest_start, None)

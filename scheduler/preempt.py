@@ -79,6 +79,7 @@ def _order(lease: Lease) -> tuple[int, int, int, str]:
 GANG_VICTIM_NODES = 256
 
 VictimOption = tuple[int, int, int, list[Lease], Choice]  # (count, milli, node, ...)
+KeptOption = tuple[int, VictimOption]  # (node version, its option at that version)
 
 
 def _victims_on(state: ClusterState, i: int, sid: int, shape: Shape,
@@ -133,11 +134,11 @@ def _node_option(state: ClusterState, i: int, sid: int, shape: Shape,
 def _best_single(state: ClusterState, sid: int, shape: Shape, index: CandidateIndex,
                  ) -> VictimOption | None:
     """The best single-node victim option, from a lazily updated heap."""
-    heap = _victim_heap(state, sid, shape, index)
+    heap, kept = _victim_heap(state, sid, shape, index)
     while heap:
         _, _, i, ver = heap[0]
         if ver == state.version[i]:
-            return _node_option(state, i, sid, shape, index)
+            return kept[i][1]
         heapq.heappop(heap)
     return None
 
@@ -146,13 +147,8 @@ def _best_options(state: ClusterState, sid: int, shape: Shape, index: CandidateI
                   limit: int) -> list[VictimOption]:
     """The ``limit`` best per-node victim options (fewest victims, least milli, node
     order) — the bounded candidate set for a gang."""
-    heap = _victim_heap(state, sid, shape, index)
-    valid = _smallest_valid(heap, state.version, limit)
-    out = []
-    for _, _, i in valid:
-        opt = _node_option(state, i, sid, shape, index)
-        if opt is not None:
-            out.append(opt)
+    heap, kept = _victim_heap(state, sid, shape, index)
+    out = [kept[i][1] for _, _, i in _smallest_valid(heap, state.version, limit)]
     out.sort(key=lambda o: o[2])
     return out
 
@@ -180,25 +176,31 @@ def _smallest_valid(heap: list[tuple[int, int, int, int]], version: Sequence[int
 
 
 def _victim_heap(state: ClusterState, sid: int, shape: Shape, index: CandidateIndex,
-                 ) -> list[tuple[int, int, int, int]]:
+                 ) -> tuple[list[tuple[int, int, int, int]], dict[int, KeptOption]]:
     """The heap of victim options for (shape, request kind), caught up with the nodes
-    changed since its last use (stale entries are skipped by version)."""
+    changed since its last use (stale entries are skipped by version), and each node's
+    option as of its newest entry, ``(version, option)``: a current entry's option
+    is read from there instead of searched again (a gang read its 256 best options
+    afresh every time, issue 30). Its candidates change only with the node's version:
+    a lease's parts are taken or given back (a new version) whenever it joins or
+    leaves the caller's index."""
     hkey = (sid, index.kind)
     vh = state.victim_heaps.get(hkey)
     if vh is None or len(vh[0]) > 4 * len(state.nodes) + 64:
         todo: Sequence[int] = list(index.on_node)
-        vh = ([], len(state.changes))
-        state.victim_heaps[hkey] = vh
-        heap = vh[0]
+        heap: list[tuple[int, int, int, int]] = []
+        kept: dict[int, KeptOption] = {}
     else:
-        heap = vh[0]
+        heap, _, kept = vh
         todo = list(dict.fromkeys(state.changes[vh[1]:]))
-        state.victim_heaps[hkey] = (heap, len(state.changes))
+    state.victim_heaps[hkey] = (heap, len(state.changes), kept)
+    version = state.version
     for i in todo:
         opt = _node_option(state, i, sid, shape, index)
         if opt is not None:
-            heapq.heappush(heap, (opt[0], opt[1], i, state.version[i]))
-    return heap
+            heapq.heappush(heap, (opt[0], opt[1], i, version[i]))
+            kept[i] = (version[i], opt)
+    return heap, kept
 
 
 def find_with_victims(
