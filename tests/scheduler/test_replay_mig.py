@@ -116,3 +116,12 @@ def test_cli_prints_the_table_per_seed_and_the_means(tmp_path, capsys):
     by = {(r["seed"], r["mode"]): r for r in reports}
     assert by[(42, "mig")]["on_mig"] > 0
     assert by[(42, "timeslice")]["on_mig"] == 0
+
+
+def test_pass_benchmark_has_a_mig_column(capsys):
+    from scheduler.bench import passbench
+    assert passbench.main(["--nodes", "40", "--queue", "30", "--mig", "3"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].split()[-3:] == ["mig", "mig_placed", "mig_ms/req"]
+    orders, placed = int(out[2].split()[-3]), int(out[2].split()[-2])
+    assert orders == 3 and 0 <= placed <= 3
