@@ -70,6 +70,12 @@ bench-replay: $(STAMP)
 	$(PY) -m scheduler.bench.replay snapshot --nodes $(TRACES)/openb_node_list_gpu_node.csv \
 	  --pods $(TRACES)/openb_pod_list_default.csv --tune 1.3 --seed 42 --out report.json
 
+# MIG across tenants vs time-sliced within one tenant, openb fractional pods (ADR 0236)
+.PHONY: bench-mig
+bench-mig: $(STAMP)
+	$(PY) -m scheduler.bench.replay mig --nodes $(TRACES)/openb_node_list_gpu_node.csv \
+	  --pods $(TRACES)/openb_pod_list_default.csv --seeds 42 43 44 45 46 --out mig-report.json
+
 bench-cluster: $(STAMP)
 	$(PY) -m tests.bench.generate_cluster --nodes 2000
 

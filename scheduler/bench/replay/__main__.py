@@ -1,4 +1,5 @@
-"""``python -m scheduler.bench.replay snapshot|timeline ...`` (see docs/scheduler.md)."""
+"""``python -m scheduler.bench.replay snapshot|timeline|mig ...`` (see docs/scheduler.md;
+``mig``: ``scheduler.bench.replay.mig``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from scheduler.bench.replay import mig
 from scheduler.bench.replay.snapshot import alloc_at, run_snapshot
 from scheduler.bench.replay.timeline import run_timeline
 from scheduler.bench.replay.trace import (
@@ -58,11 +60,14 @@ def _parser() -> argparse.ArgumentParser:
     tl = sub.choices["timeline"]
     tl.add_argument("--tenants", type=int, default=8)
     tl.add_argument("--retry-window", type=int, default=64)
+    mig.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.mode == "mig":
+        return mig.main(args)
     nodes = load_nodes(args.nodes)
     originals = load_pods(args.pods)
     if args.variant:
