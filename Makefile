@@ -66,6 +66,15 @@ bench-fabric-references: $(STAMP)
 	$(PY) -m scheduler.bench fabric --seeds 42 43 44 45 46 47 48 49 50 51 \
 	  --loads 0.9 0.95 --procs $(PROCS) --reference no-leaf fluid --fluid-headroom 0 64 128
 
+# Issue 30 (ADR 0235): the steady state — 30,000 jobs, seeds 42-46, the default policy
+# with the no-leaf and fluid-pool references; spread across seeds, wait_leaf_frag_pct and
+# the other orders' wait. About 75 s per 30,000-job run on one core (40 runs + fluid).
+.PHONY: bench-fabric-steady
+bench-fabric-steady: $(STAMP)
+	$(PY) -m scheduler.bench fabric --steady --jobs 30000 --seeds 42 43 44 45 46 \
+	  --loads 0.9 0.95 --fabrics 2-tier rail --policies fgd+fabric \
+	  --reference no-leaf fluid --procs $(PROCS)
+
 bench-replay: $(STAMP)
 	$(PY) -m scheduler.bench.replay snapshot --nodes $(TRACES)/openb_node_list_gpu_node.csv \
 	  --pods $(TRACES)/openb_pod_list_default.csv --tune 1.3 --seed 42 --out report.json

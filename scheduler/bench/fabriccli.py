@@ -11,6 +11,7 @@ import argparse
 from collections.abc import Sequence
 
 from scheduler.bench.fabricbench import REFERENCES, Extras, fabrics, render, run
+from scheduler.bench.fabricsteady import steady
 from scheduler.bench.fabricsweep import per_seed, summary, sweep
 from scheduler.policy import DEFAULT_POLICY
 
@@ -38,13 +39,17 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--spot", type=float, default=0.0, metavar="SHARE",
                         help="share of the fractional and single-node jobs that are spot: "
                         "any other job that does not fit may preempt them (they requeue)")
+    parser.add_argument("--steady", action="store_true",
+                        help="with --seeds: print the steady-state table (spread across "
+                        "seeds, wait_leaf_frag_pct, other orders' wait; ADR 0235)")
     args = parser.parse_args(argv)
     extras = Extras(tuple(args.reference), tuple(args.fluid_headroom), args.spot)
     if args.seeds or args.loads:
         rows = sweep(args.policies, args.jobs, args.seeds or [args.seed],
                      args.loads or [args.load], args.fabrics or sorted(fabrics()), args.procs,
                      extras)
-        print(per_seed(rows), summary(rows), sep="\n\n", flush=True)
+        table = steady(rows) if args.steady else summary(rows)
+        print(per_seed(rows), table, sep="\n\n", flush=True)
         return 0
     print(render(run(args.policies, args.jobs, args.seed, args.load, args.workload,
                      args.csv, args.fabrics, extras)), flush=True)
