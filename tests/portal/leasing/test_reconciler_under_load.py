@@ -1,5 +1,5 @@
-"""The reconciler at 1,000 nodes (issue 27's healing benchmark stalled in its fill): one
-reconciler at a time, a bounded beat, one bad lease never stopping the rest, its pass
+"""The reconciler at 1,000 nodes (issue 27's healing benchmark stalled in its fill): a
+bounded beat, one bad lease never stopping the rest, its pass
 never waiting behind another, and beat messages that expire instead of piling up."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.core.cache import cache
 from django.db import DatabaseError, connection, transaction
 
 from portal.leasing import desired
@@ -24,23 +23,6 @@ def _placed(pool: dict[str, Any], n: int) -> list[Lease]:
     placing.run_schedule_pass()
     assert all(state(lease) == S.PROVISIONING for lease in leases)
     return leases
-
-
-def test_a_reconciler_already_running_makes_the_next_beat_return_at_once(
-        pool: dict[str, Any]) -> None:
-    lease, = _placed(pool, 1)
-    cache.add(reconcile.RUNNING_KEY, 1, timeout=60)
-    try:
-        assert reconcile.reconcile_once() == {"skipped": 1}
-        lease.refresh_from_db()
-        assert lease.provision_targets == {}  # nothing was driven
-    finally:
-        cache.delete(reconcile.RUNNING_KEY)
-    counts = reconcile.reconcile_once()
-    assert counts["driven"] == 1
-    lease.refresh_from_db()
-    assert lease.provision_targets  # pushed: the marker is released after each beat
-    assert cache.get(reconcile.RUNNING_KEY) is None
 
 
 def test_one_lease_whose_step_fails_does_not_stop_the_others(
@@ -160,4 +142,4 @@ def test_control_sweeps_have_a_queue_of_their_own_that_every_worker_consumes() -
     assert route({}, "portal.fleet.tasks.fleet_health_sweep")["queue"].name == "control"
     assert route({}, "portal.leasing.tasks.lease_step")["queue"].name == "celery"
     # a worker started without -Q (the shipped unit, the Containerfile) consumes both
-    assert {q.name for q in app.amqp.queues.values()} == {"celery", "control"}
+    assert {"celery", "control"} <= {q.name for q in app.amqp.queues.values()}
