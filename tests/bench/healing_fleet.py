@@ -32,6 +32,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ from tests.bench.real_agents import _pct, _summary, start_fabric_agent
 from tests.portal.leasing.stack import PYTHON, ROOT, Stack, StackConfig, check_invariants
 
 TENANT = "b0"
+HUNDRED = Decimal(100)
 # the Llama 3 run's interruptions (§3.3.4): GPU 58.7 % (faulty GPU 30.1, HBM3 17.2, …),
 # network 8.4 %, host and the rest; here: what a node agent can tell apart
 MIX = (("xid79", 0.35), ("xid48", 0.35), ("port_down", 0.15), ("silence", 0.15))
@@ -208,17 +210,101 @@ def _meter(stack: Stack) -> None:
                    capture_output=True, text=True, timeout=900, check=True)
 
 
-def _billed_on_failed(stack: Stack) -> tuple[float, float]:
-    """(GPU-seconds the fault intervals say were on failed hardware, minus what metering
-    left unbilled: ≈ 0 when nothing failed was billed; the unbilled total)."""
-    expected = stack.query("""SELECT COALESCE(SUM(f.gpus * EXTRACT(EPOCH FROM
+def _failed_truth(stack: Stack) -> Decimal:
+    """GPU-seconds on failed hardware, from the fault intervals alone: from the fault (or
+    the lease's start) to the replacement (or the lease's end)."""
+    return Decimal(str(stack.query("""SELECT COALESCE(SUM(f.gpus * EXTRACT(EPOCH FROM
             LEAST(COALESCE(f.replaced_at, l.ended_at, l.end_at), l.ended_at, l.end_at)
             - GREATEST(f.fault_at, l.active_at))), 0)
         FROM leasing_leasefault f JOIN leasing_lease l ON l.id = f.lease_id
-        WHERE l.active_at IS NOT NULL""")[0][0]
+        WHERE l.active_at IS NOT NULL""")[0][0]))
+
+
+def _billed_on_failed(stack: Stack) -> tuple[float, float]:
+    """(GPU-seconds the fault intervals say were on failed hardware, minus what metering
+    left unbilled: ≈ 0 when nothing failed was billed; the unbilled total)."""
+    expected = _failed_truth(stack)
     recorded = stack.query("SELECT COALESCE(SUM(failed_gpu_seconds), 0) "
                            "FROM billing_usagerecord")[0][0]
     return float(expected) - float(recorded), float(recorded)
+
+
+# the contract the tenant is given before its invoice closes: a 99.95 % promise with tiers
+SLA_PROMISE = Decimal("99.95")
+SLA_TIERS = ((Decimal("99.95"), Decimal(10)), (Decimal("99.5"), Decimal(25)),
+             (Decimal("99.0"), Decimal(50)), (Decimal("95.0"), Decimal(100)))
+
+# Closes the tenant's month on the production path (``invoice_finalize``, which settles the
+# SLA credit), with the clock moved past the month's end; prints the credit line and its
+# FOCUS row as JSON.
+CLOSE = """
+import json
+from datetime import timedelta
+from portal.billing import focus, selectors, services
+from portal.billing.models import CreditLine, TenantContract
+from portal.core import clock
+from portal.tenants.models import Tenant
+tenant = Tenant.objects.get(slug=%(tenant)r)
+month = selectors.month_bounds(clock.now().date().replace(day=1))
+start, end = month
+TenantContract.objects.create(tenant=tenant, effective_from=start, reference="bench-healing",
+                              availability_sla=%(promise)r, sla_credit_tiers=%(tiers)s)
+clock.freeze(end + timedelta(minutes=1))
+invoice = services.invoice_finalize(actor=None, tenant=tenant, month=start.date())
+line = CreditLine.objects.filter(tenant=tenant, kind="sla").values(*focus.CREDIT_FIELDS).first()
+row = focus.credit_row(line) if line else None
+print("CLOSE " + json.dumps({"month": start.date().isoformat(), "status": invoice.status,
+    "credit": str(line["amount"]) if line else "0.00",
+    "focus": row and {"ChargeCategory": row["ChargeCategory"], "BilledCost": str(row["BilledCost"]),
+                      "x_CreditKind": row["Tags"]["x_CreditKind"]}}))
+"""
+
+
+@dataclass(frozen=True)
+class Credit:
+    availability: Decimal
+    expected: Decimal
+    actual: Decimal
+    focus: dict[str, str] | None
+
+    @property
+    def exact(self) -> bool:
+        row_ok = self.expected == 0 or (
+            self.focus is not None and self.focus["ChargeCategory"] == "Credit"
+            and Decimal(self.focus["BilledCost"]) == -self.expected
+            and self.focus["x_CreditKind"] == "sla")
+        return self.actual == -self.expected and row_ok
+
+
+def _expected_credit(stack: Stack, failed_truth: Decimal) -> tuple[Decimal, Decimal]:
+    """(availability %, the credit) from first principles: the GPU-seconds the fault
+    intervals say were on failed hardware against all leased GPU-seconds, the tier that
+    availability falls in, of the month's usage charge less its whole-lease failure
+    credits, rounded once to the cent (half up)."""
+    used, cost = stack.query(f"""SELECT COALESCE(SUM(u.gpus * u.seconds), 0),
+            COALESCE(SUM(u.cost), 0) FROM billing_usagerecord u
+        JOIN tenants_tenant t ON t.id = u.tenant_id WHERE t.slug = '{TENANT}'""")[0]
+    failure = stack.query(f"""SELECT COALESCE(SUM(c.amount), 0) FROM billing_creditline c
+        JOIN tenants_tenant t ON t.id = c.tenant_id
+        WHERE t.slug = '{TENANT}' AND c.kind = 'failure'""")[0][0]
+    used = Decimal(str(used))
+    if not used:
+        return HUNDRED, Decimal("0.00")
+    percent = ((used - failed_truth) * HUNDRED / used).quantize(Decimal("0.0001"))
+    share = max((c for below, c in SLA_TIERS if percent < below), default=Decimal(0))
+    net = max(Decimal(str(cost)) + Decimal(str(failure)), Decimal(0))
+    return percent, (net * share / HUNDRED).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP)
+
+
+def _close_month(stack: Stack, failed_truth: Decimal) -> Credit:
+    tiers = json.dumps([[str(b), str(c)] for b, c in SLA_TIERS])
+    script = CLOSE % {"tenant": TENANT, "promise": str(SLA_PROMISE), "tiers": tiers}
+    out = subprocess.run([PYTHON, "-m", "django", "shell", "-c", script], cwd=ROOT,
+                         env=stack.env(), capture_output=True, text=True, timeout=900,
+                         check=True).stdout
+    closed = json.loads(next(x for x in out.splitlines() if x.startswith("CLOSE "))[6:])
+    percent, expected = _expected_credit(stack, failed_truth)
+    return Credit(percent, expected, Decimal(closed["credit"]), closed["focus"])
 
 
 def _offered_before_validation(stack: Stack) -> int:
@@ -290,6 +376,11 @@ def _report(stack: Stack, r: Run, leases: list[str], o: argparse.Namespace) -> i
     billed_failed, unbilled = _billed_on_failed(stack)
     print(f"GPU-seconds billed on failed hardware: {billed_failed:.0f} "
           f"(unbilled by metering: {unbilled:.0f})")
+    credit = _close_month(stack, _failed_truth(stack))
+    print(f"availability {credit.availability} % against a {SLA_PROMISE} % SLA: credit "
+          f"{-credit.actual:.2f}, expected {credit.expected:.2f} "
+          f"({'exact to the cent' if credit.exact else 'NOT exact'}; FOCUS row "
+          f"{credit.focus or 'none'})")
     offered = _offered_before_validation(stack)
     problems = check_invariants(stack)
     shown = "; ".join(p[:400] for p in problems[:3]) + (
@@ -299,9 +390,9 @@ def _report(stack: Stack, r: Run, leases: list[str], o: argparse.Namespace) -> i
     p99_fenced = _pct(fenced, 0.99) if fenced else float("inf")
     p99_replaced = _pct(quick, 0.99) if quick else float("inf")
     ok = (p99_fenced <= 5 and p99_replaced <= 30 and abs(billed_failed) < 1 and not problems
-          and offered == 0)
+          and offered == 0 and credit.exact)
     print(f"targets (fenced p99 ≤ 5 s, replaced p99 ≤ 30 s, 0 billed on failed hardware, 0 "
-          f"double bookings, 0 offered before validation): {'met' if ok else 'NOT met'}")
+          f"double bookings, 0 offered before validation, credit exact to the cent): {'met' if ok else 'NOT met'}")
     return 0 if ok else 1
 
 
