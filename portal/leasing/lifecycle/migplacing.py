@@ -12,9 +12,10 @@ from decimal import Decimal
 from django.db import IntegrityError, transaction
 
 from portal.inventory.models import Gpu
-from portal.leasing import allocation, desired, notify
+from portal.leasing import allocation, desired, notify, states
 from portal.leasing.lifecycle import provisioning
 from portal.leasing.models import Allocation, Lease, MigInstance
+from portal.leasing.models import LeaseState as S
 from portal.leasing.quotas import gpus_held, quota_for
 
 log = logging.getLogger(__name__)
@@ -42,7 +43,9 @@ def _wait(lease: Lease, reason: str) -> None:
 
 
 def _try(lease: Lease, picks: tuple[allocation.MigPick, ...], now: datetime) -> int:
-    start, end = now, now + (lease.end_at - lease.start_at)
+    # a future start is kept (the instance is reserved, ADR 0241); a past one starts now
+    start = max(now, lease.start_at)
+    end = start + (lease.end_at - lease.start_at)
     model = picks[0].model
     try:
         with transaction.atomic():
@@ -55,10 +58,14 @@ def _try(lease: Lease, picks: tuple[allocation.MigPick, ...], now: datetime) -> 
             desired.ensure_partition(lease.tenant)
             lease.start_at, lease.end_at, lease.gpu_model = start, end, model
             lease.wait_reason, lease.earliest_start = "", None
-            provisioning.start(lease, now, fields=("start_at", "end_at", "gpu_model",
-                                                    "wait_reason", "earliest_start"),
-                               data={"mig": [[p.node, p.index, p.profile, p.start]
-                                             for p in picks], "model": model})
+            fields = ("start_at", "end_at", "gpu_model", "wait_reason", "earliest_start")
+            data = {"mig": [[p.node, p.index, p.profile, p.start] for p in picks],
+                    "model": model}
+            if start > now:  # reserved: provisioning begins at its start (reconciler)
+                states.transition(lease, S.SCHEDULED, reason="reserved for a later start",
+                                  data=data, fields=fields)
+            else:
+                provisioning.start(lease, now, fields=fields, data=data)
             notify.lease_changed(lease)
             return 1
     except IntegrityError as exc:
