@@ -129,6 +129,11 @@ bench-healing: $(STAMP)
 bench-healing-agents: $(STAMP)
 	$(PY) -m tests.bench.healing --nodes 8
 
+# issues 27 + 28: an XID on a MIG-mode GPU, real agents; its instances fenced and replaced
+.PHONY: bench-healing-mig
+bench-healing-mig: $(STAMP)
+	$(PY) -m tests.bench.healing_mig --nodes 2
+
 .PHONY: blackbox
 blackbox: $(STAMP)  ## the black-box security harness (docs/security.md)
 	$(PY) -m tests.security.blackbox

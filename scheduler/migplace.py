@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from scheduler.mig import Instance, frag_score, model_for, place, ranges
+from scheduler.mig import Instance, can_add, frag_score, model_for, place, ranges
 
 WHOLE = "whole"
 DYNAMIC = "dynamic"
@@ -41,6 +41,10 @@ class MigGpu:
     plain: bool = False  # held whole or by a fraction during the window
     healthy: bool = True
     layout: tuple[Instance, ...] = ()  # (profile, start) of the instances held
+    # preemptible use (ADR 0241): the layout's instances held by spot leases, with their
+    # lease ids, and the spot leases that alone make it ``plain``
+    spot: tuple[tuple[str, Instance], ...] = ()
+    plain_spot: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -171,3 +175,75 @@ def memory_slices(model_name: str, profile: str) -> int:
     if model is None:
         raise KeyError(model_name)
     return model.profile(profile).memory_slices
+
+
+def _overlaps(model_name: str, a: Instance, b: Instance) -> bool:
+    model = model_for(model_name)
+    assert model is not None
+    (a0, an), (b0, bn) = ranges(model, [a, b])
+    return a0 < b0 + bn and b0 < a0 + an
+
+
+def _relaxed(gpu: MigGpu) -> MigGpu | None:
+    """The GPU with its spot use gone, or None when nothing on it is preemptible."""
+    if not gpu.spot and not (gpu.plain and gpu.plain_spot):
+        return None
+    spot = {inst for _, inst in gpu.spot}
+    plain = gpu.plain and not gpu.plain_spot
+    return replace(gpu, plain=plain, layout=tuple(i for i in gpu.layout if i not in spot),
+                   spot=())
+
+
+def _victims(gpus: Sequence[MigGpu], picks: tuple[MigPick, ...]) -> frozenset[str]:
+    """The spot leases the picks displace: instances on their slices, plain spot use of
+    their GPUs."""
+    at = {(g.node, g.index): g for g in gpus}
+    out: set[str] = set()
+    for pick in picks:
+        gpu = at[(pick.node, pick.index)]
+        if gpu.plain and gpu.plain_spot:
+            out.update(gpu.plain_spot)
+        out.update(lease for lease, inst in gpu.spot
+                   if _overlaps(gpu.model, inst, (pick.profile, pick.start)))
+    for gpu in {at[(p.node, p.index)] for p in picks}:
+        if not _fits_without(gpu, [p for p in picks if (p.node, p.index) ==
+                                   (gpu.node, gpu.index)], out):
+            out.update(lease for lease, _ in gpu.spot)  # compute slices or a profile limit
+    return frozenset(out)
+
+
+def _fits_without(gpu: MigGpu, picks: list[MigPick], victims: set[str]) -> bool:
+    model = model_for(gpu.model)
+    assert model is not None
+    gone = [inst for lease, inst in gpu.spot if lease in victims]
+    layout = [i for i in gpu.layout if i not in gone]
+    for pick in picks:
+        if not can_add(model, model.profile(pick.profile), pick.start, layout):
+            return False
+        layout.append((pick.profile, pick.start))
+    return True
+
+
+def place_preempting(gpus: Sequence[MigGpu], request: MigRequest,
+                     demand: Mapping[str, float] | None = None,
+                     ) -> tuple[tuple[MigPick, ...], frozenset[str]] | None:
+    """Where a request that found no free placement goes if spot work gives way (ADR
+    0241): the placement displacing the fewest spot leases — each GPU's spot use set aside
+    alone first, then all of it —, with those leases; None when even that does not fit."""
+    pool = list(gpus)
+    best: tuple[tuple[int, int], tuple[MigPick, ...], frozenset[str]] | None = None
+    for pos, gpu in enumerate(pool):
+        relaxed = _relaxed(gpu)
+        if relaxed is None:
+            continue
+        answer = place_request([*pool[:pos], relaxed, *pool[pos + 1:]], request, demand)
+        if isinstance(answer, MigWait):
+            continue
+        victims = _victims(pool, answer)
+        if best is None or (len(victims), pos) < best[0]:
+            best = ((len(victims), pos), answer, victims)
+    if best is not None:
+        return best[1], best[2]
+    every = [_relaxed(g) or g for g in pool]
+    answer = place_request(every, request, demand)
+    return None if isinstance(answer, MigWait) else (answer, _victims(pool, answer))

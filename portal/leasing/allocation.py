@@ -26,7 +26,7 @@ from portal.fleet.lifecycle import OFFERED
 from portal.fleet.selectors import unreachable_node_ids
 from portal.inventory.models import Gpu, HcaPort, MigMode, Node, SwitchLink
 from portal.leasing import schedcache, states, usage
-from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, MigInstance, Quota
+from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, MigInstance, Priority, Quota
 from portal.leasing.quotesnap import QuoteSnapshot
 from portal.tenants.models import Tenant
 from scheduler import migplace
@@ -456,12 +456,19 @@ def _mig_gpus(now: datetime) -> list[migplace.MigGpu]:
     """Every GPU as the MIG pass sees it, read now (the caller's transaction): mode (its
     own, else its node's), plain use from now on, and its live instances."""
     layout: dict[int, list[tuple[str, int]]] = defaultdict(list)
-    for gpu_id, profile, start in MigInstance.objects.filter(allocation__live=True).values_list(
-            "gpu_id", "profile", "start"):
+    spot: dict[int, list[tuple[str, tuple[str, int]]]] = defaultdict(list)
+    for gpu_id, profile, start, lease_id, priority in MigInstance.objects.filter(
+            allocation__live=True).values_list("gpu_id", "profile", "start", "lease_id",
+                                               "lease__priority"):
         layout[gpu_id].append((profile, start))
-    plain = set(Allocation.objects.filter(live=True, lease__mig_profile="").filter(
-        Q(end_at__gt=now) | Q(lease__state__in=LINGERING))
-        .values_list("gpu_id", flat=True).distinct())
+        if priority == Priority.SPOT:
+            spot[gpu_id].append((str(lease_id), (profile, start)))
+    plain: dict[int, set[str | None]] = defaultdict(set)  # None: a use that is not spot
+    for gpu_id, lease_id, priority in Allocation.objects.filter(
+            live=True, lease__mig_profile="").filter(
+            Q(end_at__gt=now) | Q(lease__state__in=LINGERING)).values_list(
+            "gpu_id", "lease_id", "lease__priority").distinct():
+        plain[gpu_id].add(str(lease_id) if priority == Priority.SPOT else None)
     unreachable = _unreachable()
     out = []
     for pk, hostname, index, model, own, node_mode, health, service, state, node_service, \
@@ -474,9 +481,12 @@ def _mig_gpus(now: datetime) -> list[migplace.MigGpu]:
         # an agent of the previous release ignores the MIG layout: whole use only there
         dynamic = (own or node_mode) == MigMode.DYNAMIC and protocol.supports(agent, "mig")
         mode = migplace.DYNAMIC if dynamic else migplace.WHOLE
-        out.append(migplace.MigGpu(node=hostname, index=index, model=model, mode=mode,
-                                   plain=pk in plain, healthy=healthy,
-                                   layout=tuple(sorted(layout.get(pk, ())))))
+        users = plain.get(pk, set())
+        out.append(migplace.MigGpu(
+            node=hostname, index=index, model=model, mode=mode, plain=bool(users),
+            healthy=healthy, layout=tuple(sorted(layout.get(pk, ()))),
+            spot=tuple(sorted(spot.get(pk, ()))),
+            plain_spot=() if None in users else tuple(sorted(u for u in users if u))))
     return out
 
 
@@ -487,6 +497,20 @@ def schedule_mig(queue: list[Lease], now: datetime,
                                     count=lease.gpu_count,
                                     models=frozenset(lease.allowed_models)) for lease in queue]
     return migplace.schedule(_mig_gpus(now), requests)
+
+
+def mig_preempting(lease: Lease, now: datetime,
+                   ) -> tuple[tuple[migplace.MigPick, ...], tuple[str, ...]] | None:
+    """Where a MIG order that found no free placement goes if spot work gives way (ADR
+    0241), and the spot leases that do; None for a spot order or when nothing fits."""
+    if lease.priority == Priority.SPOT:
+        return None
+    request = migplace.MigRequest(id=str(lease.pk), profile=lease.mig_profile,
+                                  count=lease.gpu_count, models=frozenset(lease.allowed_models))
+    answer = migplace.place_preempting(_mig_gpus(now), request)
+    if answer is None or not answer[1]:
+        return None
+    return answer[0], tuple(sorted(answer[1]))
 
 
 def mig_replacement(lease: Lease, *, count: int, node: str | None, exclude: frozenset[str],

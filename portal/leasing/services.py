@@ -176,8 +176,6 @@ def _window(spec: OrderSpec, now: datetime) -> Window:
         raise _err("duration_hours", _("Give a duration or an end."))
     if end <= start:
         raise _err("end_at", _("The end must be after the start."))
-    if spec.mig_profile and start > now + START_GRACE:
-        raise _err("start_at", _("MIG instances start now; leave start_at out."))
     limits.check_end(start, end)
     return Window(start, end)
 

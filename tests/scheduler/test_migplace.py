@@ -150,3 +150,33 @@ def test_no_sequence_overlaps_slices_or_mixes_mig_and_whole(
         for g in pool:
             assert mig.layout_valid(H100, list(g.layout)), g.layout
             assert not (g.plain and g.layout), g
+
+
+# --- spot preemption (ADR 0241) -------------------------------------------------------
+
+def test_preempting_takes_the_fewest_spot_instances_and_never_a_paying_one() -> None:
+    from scheduler.migplace import place_preempting
+
+    full = tuple(("1g.10gb", s) for s in range(7))
+    spot = (("a", ("1g.10gb", 1)), ("b", ("1g.10gb", 4)), ("c", ("1g.10gb", 5)),
+            ("d", ("1g.10gb", 6)))
+    (gpu,) = gpus(layout=full, spot=spot)
+    assert isinstance(place_request([gpu], req("1g.10gb")), MigWait)
+    picks, victims = place_preempting([gpu], req("1g.10gb")) or ((), frozenset())
+    assert len(victims) == 1 and victims <= {"a", "b", "c", "d"}
+    (pick,) = picks
+    assert ("1g.10gb", pick.start) in {inst for _, inst in spot}
+    # 3g.40gb fits at 4 (b, c, d give way); at 0 it would need paying instances 0, 2, 3
+    picks, victims = place_preempting([gpu], req("3g.40gb")) or ((), frozenset())
+    assert [p.start for p in picks] == [4] and victims == {"b", "c", "d"}
+    assert place_preempting([gpu], req("7g.80gb")) is None  # paying ones stay
+
+
+def test_a_spot_whole_use_makes_way_and_a_paying_one_does_not() -> None:
+    from scheduler.migplace import place_preempting
+
+    (spot_whole,) = gpus(plain=True, plain_spot=("w",))
+    picks, victims = place_preempting([spot_whole], req("1g.10gb")) or ((), frozenset())
+    assert victims == {"w"} and len(picks) == 1
+    (paying,) = gpus(plain=True)
+    assert place_preempting([paying], req("1g.10gb")) is None
