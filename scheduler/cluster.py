@@ -337,12 +337,12 @@ class ClusterState:
                 if own:
                     out.extend(self._entries(own, shape))
                     if ev is not None:
-                        out.extend((ev[0], i, version[i], ev[1])
-                                   for i in members if i not in mixed)
+                        out.extend([(ev[0], i, version[i], ev[1])
+                                    for i in members if i not in mixed])
                     continue
             if ev is not None:
                 cost, opt = ev
-                out.extend((cost, i, version[i], opt) for i in members)
+                out.extend([(cost, i, version[i], opt) for i in members])
         return out
 
     def best(self, shape: Shape, blocked: Container[int] = frozenset()) -> Choice | None:

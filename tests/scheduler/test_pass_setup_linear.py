@@ -104,7 +104,7 @@ def _summary(state: ClusterState) -> dict[str, Any]:
     out: dict[str, Any] = {
         "keys": state.keys, "order": state.order, "ready": state.ready,
         "gpu_free": state.gpu_free, "cpu_free": state.cpu_free,
-        "mem_free": state.mem_free, "holders": state.holders,
+        "mem_free": state.mem_free, "holders": state.holders, "mixed": state.mixed,
         "model_cap": state.model_cap, "model_free": state.model_free,
         "classes": {key: set(members) for key, members in state.classes.items()},
     }
