@@ -23,6 +23,7 @@ from scheduler.nodestate import (
     Shape,
     apply,
     make_key,
+    make_key_of_tuples,
     options,
     total_free,
 )
@@ -89,9 +90,7 @@ class ClusterState:
         # Flags that depend on the order leases were taken in are built by replaying them.
         replay = self.leaves is not None and not self.leaves.history_free()
         if not replay:
-            for lease in leases:
-                for part in lease.parts:
-                    self._take(part, 1, lease.tenant)
+            self._take_all(leases)
         self._load_leaves()
         self._key_all()
         self._start_pass()
@@ -225,9 +224,9 @@ class ClusterState:
 
     def _make_key(self, i: int) -> tuple[NodeKey, list[int]]:
         n, free = self.nodes[i], self.gpu_free[i]
-        doms = [[free[g] for g in dom] for dom in self.domains[i]]
-        return make_key(n.model, n.cpu_milli, n.memory_mib, self.cpu_free[i],
-                        self.mem_free[i], doms, self._fabric_flag(i))
+        doms = tuple([tuple([free[g] for g in dom]) for dom in self.domains[i]])
+        return make_key_of_tuples(n.model, n.cpu_milli, n.memory_mib, self.cpu_free[i],
+                                  self.mem_free[i], doms, self._fabric_flag(i))
 
     def _fabric_flag(self, i: int) -> int:
         return 0 if self.leaves is None else self.leaves.flag(i)
@@ -338,12 +337,12 @@ class ClusterState:
                 if own:
                     out.extend(self._entries(own, shape))
                     if ev is not None:
-                        out.extend((ev[0], i, version[i], ev[1])
-                                   for i in members if i not in mixed)
+                        out.extend([(ev[0], i, version[i], ev[1])
+                                    for i in members if i not in mixed])
                     continue
             if ev is not None:
                 cost, opt = ev
-                out.extend((cost, i, version[i], opt) for i in members)
+                out.extend([(cost, i, version[i], opt) for i in members])
         return out
 
     def best(self, shape: Shape, blocked: Container[int] = frozenset()) -> Choice | None:
@@ -464,6 +463,33 @@ class ClusterState:
         self.mem_free[i] -= sign * alloc.memory_mib
         return i
 
+    def _take_all(self, leases: Iterable[Lease]) -> None:
+        """``_take`` of every part of ``leases`` in a fresh build (nothing shared with
+        a base), each node's ``mixed`` mark set once at the end: it depends only on the
+        node's final counts and holders (issue 30: the cold pass's set-up)."""
+        index, gpu_free, holders, ready = self.index, self.gpu_free, self.holders, self.ready
+        model_free, cpu_free, mem_free = self.model_free, self.cpu_free, self.mem_free
+        models = [n.model for n in self.nodes]
+        touched: dict[int, None] = {}
+        for lease in leases:
+            tenant = lease.tenant
+            for alloc in lease.parts:
+                i = index.get(alloc.node)
+                if i is None:
+                    continue
+                free, model, held = gpu_free[i], models[i], holders[i]
+                for gpu, milli in alloc.gpus:
+                    if gpu in free:
+                        left = free[gpu] = free[gpu] - milli
+                        hold(held, gpu, tenant, milli, left)
+                        if ready[i] and model:
+                            model_free[model] -= milli
+                touched[i] = None
+                cpu_free[i] -= alloc.cpu_milli
+                mem_free[i] -= alloc.memory_mib
+        for i in touched:
+            self._note_mixed(i)
+
     def _own_holders(self, i: int) -> None:
         """Node ``i``'s holders copied before this state changes them (a fork shares
         them with its base until then)."""
@@ -472,8 +498,12 @@ class ClusterState:
         self._owned.add(i)
 
     def _note_mixed(self, i: int) -> None:
+        held = self.holders[i]
+        if not held:  # most nodes: no GPU partly held
+            self.mixed.discard(i)
+            return
         free = self.gpu_free[i]
-        if any(free[g] < MILLI and free[g] != 0 for g in self.holders[i]):
+        if any(free[g] < MILLI and free[g] != 0 for g in held):
             self.mixed.add(i)
         else:
             self.mixed.discard(i)

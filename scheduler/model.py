@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
+from functools import cached_property
 
 from scheduler.switchgraph import ROOT, SwitchGraph
 
@@ -80,8 +81,8 @@ class Node:
         if len({g.index for g in self.gpus}) != len(self.gpus):
             raise ValueError(f"node {self.name}: duplicate GPU index")
 
-    @property
-    def model(self) -> str:
+    @cached_property
+    def model(self) -> str:  # kept in the instance: a pass reads it ≈ 10 times a node
         return self.gpus[0].model if self.gpus else ""
 
 

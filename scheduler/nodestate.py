@@ -75,6 +75,11 @@ def _make_key(
     return key, [pos for _, pos in decorated]
 
 
+# ``make_key`` for callers that already hold the domains as tuples (the working state
+# re-keys a node on every change: no list-to-tuple copy, no extra call).
+make_key_of_tuples = _make_key
+
+
 def total_free(key: NodeKey) -> int:
     return sum(sum(d) for d in key[5])
 
