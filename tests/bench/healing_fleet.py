@@ -347,6 +347,24 @@ def run(stack: Stack, o: argparse.Namespace) -> int:
     return _report(stack, r, leases, o)
 
 
+def silence_threshold(stack: Stack, nodes: int) -> int:
+    """The unreachable threshold the stack holds a fleet of ``nodes`` agents to, asked of
+    the portal itself (``intervals.for_fleet``: max(``GPUPOOL_AGENT_UNREACHABLE_AFTER_S``,
+    3 × the report interval the fleet is told))."""
+    code = ("from portal.fleet.intervals import for_fleet; "
+            f"print('THRESHOLD', for_fleet({nodes}).unreachable_after_s)")
+    out = subprocess.run([PYTHON, "-m", "django", "shell", "-c", code], cwd=ROOT,
+                         env=stack.env(), capture_output=True, text=True, timeout=120,
+                         check=True).stdout
+    return int(next(x for x in out.splitlines() if x.startswith("THRESHOLD "))[10:])
+
+
+def _past(values: list[float], threshold: int) -> str:
+    """The worst time past the threshold (an upper bound: the node's last report came at or
+    before its death, so the threshold was crossed at or before death + threshold)."""
+    return f"{max(values) - threshold:.2f}" if values else "-"
+
+
 def _report(stack: Stack, r: Run, leases: list[str], o: argparse.Namespace) -> int:
     fenced = [f.fenced - f.at for f in r.faults if f.fenced is not None
               and f.kind != "silence"]
@@ -358,11 +376,15 @@ def _report(stack: Stack, r: Run, leases: list[str], o: argparse.Namespace) -> i
     kinds = {k: sum(f.kind == k for f in r.faults) for k, _ in MIX}
     print(f"faults injected: {len(r.faults)} ({', '.join(f'{k} {n}' for k, n in kinds.items())}),"
           f" one every {o.every:g} s")
-    print(f"fault → fenced:              {_summary(fenced)} (silence, detected after the "
-          f"{o.unreachable_after:g} s threshold: {_summary(fenced_silent)})")
+    threshold = silence_threshold(stack, o.nodes)
+    print(f"fault → fenced:              {_summary(fenced)}")
     quick = [v for i, v in replaced.items() if r.faults[i].kind != "silence"]
     silent = [v for i, v in replaced.items() if r.faults[i].kind == "silence"]
-    print(f"fault → replacement active:  {_summary(quick)} (silence: {_summary(silent)})")
+    print(f"fault → replacement active:  {_summary(quick)}")
+    print(f"agent death (threshold in force at {o.nodes} agents: {threshold} s: the larger of "
+          f"--unreachable-after and 3 reports at the fleet's interval): fenced {_summary(fenced_silent)}, "
+          f"replacement active {_summary(silent)} after the death; at most "
+          f"{_past(fenced_silent, threshold)} / {_past(silent, threshold)} s past the threshold")
     print(f"replaced {len(replaced)}, degraded leases {degraded} (no replacement that keeps "
           f"the lease's placement was free), not fenced "
           f"{len(r.faults) - len(fenced) - len(fenced_silent)}")

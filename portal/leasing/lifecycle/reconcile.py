@@ -4,13 +4,14 @@ convergence never depends on a message surviving in Redis."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, connection, transaction
 
 from portal.core.errors import ApplicationError
 from portal.fleet import hooks
@@ -72,13 +73,40 @@ def check_leases_on(node_ids: list[Any]) -> None:
         node_converged(node_id)
 
 
+RECONCILE_LOCK = 0x72636E6C  # "rcnl": session-scoped advisory lock id
+
+
+@contextlib.contextmanager
+def _single_flight() -> Iterator[bool]:
+    """One reconciler at a time: a session-scoped PostgreSQL advisory lock, only tried.
+    Unlike a marker in Redis (which a worker killed mid-beat left held until it expired,
+    stopping every reconciler: the crash tests caught it), the server drops the lock the
+    moment the holder's connection closes, so a killed worker frees it at once.
+    (SQLite, the demo's database, runs one worker: always True.)"""
+    if connection.vendor != "postgresql":
+        yield True
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [RECONCILE_LOCK])
+        mine = bool(cursor.fetchone()[0])
+    try:
+        yield mine
+    finally:
+        if mine:
+            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [RECONCILE_LOCK])
+
+
 def reconcile_once() -> dict[str, int]:
     """Expire, start due reservations, warn, re-drive converging leases, re-push drifted
-    nodes, and run a pass if anything is queued. Its beat messages expire after one period
-    and it is time-boxed, so reconcilers never queue up in front of the lease steps. (No
-    single-flight marker: one held by a worker killed mid-beat stopped every reconciler
-    until it expired — the crash tests caught it; two at once are idempotent.)"""
-    return _reconcile()
+    nodes, and run a pass if anything is queued. Single-flight: the beat sends one every
+    few seconds and a beat that finds one running returns at once, so two workers are
+    never both held by reconcilers while lease steps (a fence, a replacement) wait; its
+    beat messages also expire after one period, and it is time-boxed."""
+    with _single_flight() as mine:
+        if not mine:
+            return {"skipped": 1}
+        return _reconcile()
 
 
 def _reconcile() -> dict[str, int]:

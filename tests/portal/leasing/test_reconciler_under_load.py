@@ -1,5 +1,5 @@
-"""The reconciler at 1,000 nodes (issue 27's healing benchmark stalled in its fill): a
-bounded beat, one bad lease never stopping the rest, its pass
+"""The reconciler at 1,000 nodes (issue 27's healing benchmark stalled in its fill): one
+reconciler at a time (freed the moment its worker dies), a bounded beat, one bad lease never stopping the rest, its pass
 never waiting behind another, and beat messages that expire instead of piling up."""
 
 from __future__ import annotations
@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+import psycopg
 import pytest
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
@@ -23,6 +24,37 @@ def _placed(pool: dict[str, Any], n: int) -> list[Lease]:
     placing.run_schedule_pass()
     assert all(state(lease) == S.PROVISIONING for lease in leases)
     return leases
+
+
+def _other_worker() -> psycopg.Connection[Any]:
+    """A second database session, as another worker's would be."""
+    d = connection.settings_dict
+    return psycopg.connect(dbname=d["NAME"], user=d["USER"], host=d["HOST"] or None,
+                           port=d["PORT"] or None, password=d["PASSWORD"] or None,
+                           autocommit=True)
+
+
+def test_a_reconciler_running_in_another_worker_makes_the_next_beat_return_at_once(
+        pool: dict[str, Any]) -> None:
+    lease, = _placed(pool, 1)
+    other = _other_worker()
+    try:
+        other.execute("SELECT pg_advisory_lock(%s)", [reconcile.RECONCILE_LOCK])
+        assert reconcile.reconcile_once() == {"skipped": 1}
+        lease.refresh_from_db()
+        assert lease.provision_targets == {}  # nothing was driven
+    finally:
+        other.close()  # that worker is killed: the server drops its lock with its session
+    counts = reconcile.reconcile_once()
+    assert counts["driven"] == 1
+    lease.refresh_from_db()
+    assert lease.provision_targets  # pushed
+    probe = _other_worker()
+    try:  # released after the beat: another worker's reconciler may take it now
+        assert probe.execute("SELECT pg_try_advisory_lock(%s)",
+                             [reconcile.RECONCILE_LOCK]).fetchone() == (True,)
+    finally:
+        probe.close()
 
 
 def test_one_lease_whose_step_fails_does_not_stop_the_others(
