@@ -4,6 +4,8 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+    # two tables: one ALTER per transaction, so no lock order to deadlock with running code
+    atomic = False
 
     dependencies = [
         ('inventory', '0006_mig'),
