@@ -6,6 +6,7 @@ from rest_framework.routers import SimpleRouter
 from portal.billing.api import views as billing
 from portal.fleet.api import service as fleet_service
 from portal.inventory.api import views as inventory
+from portal.leasing.api import miglayout as leasing_mig
 from portal.leasing.api import views as leasing
 from portal.tenants.api import views as tenants
 from portal.tenants.api.audit import AuditLogViewSet
@@ -46,6 +47,8 @@ urlpatterns = [
     path("fleet/repair-queue", fleet_service.RepairQueueView.as_view(), name="repair-queue"),
     path("fleet/nodes/<str:hostname>/service", fleet_service.NodeServiceView.as_view(),
          name="node-service"),
+    path("fleet/nodes/<str:hostname>/mig-layout", leasing_mig.NodeMigLayoutView.as_view(),
+         name="node-mig-layout"),
     path("fleet/gpus/<str:uuid>/service", fleet_service.GpuServiceView.as_view(),
          name="gpu-service"),
     path("", include(router.urls)),

@@ -3,7 +3,10 @@
 Pure: GPUs as the portal recorded them (mode, plain use, MIG layout) in, a start slot per
 instance or a reason out. Rules:
 
-- only a GPU whose operator mode allows MIG (``dynamic``) and whose model has a MIG table;
+- only a GPU whose operator mode allows MIG (``dynamic``, or ``fixed``) and whose model has
+  a MIG table;
+- a ``fixed`` GPU (ADR 0238) offers exactly the instances of its layout, each at the start
+  slot the layout gives (the lowest free one first), and is never laid out otherwise;
 - never a GPU held whole or by a time-sliced fraction (``plain``) during the window;
 - an instance only at a valid start on free slices (``scheduler.mig.can_add``);
 - all instances of one request on one node;
@@ -25,6 +28,7 @@ from scheduler.mig import Instance, can_add, frag_score, model_for, place, range
 
 WHOLE = "whole"
 DYNAMIC = "dynamic"
+FIXED = "fixed"  # MIG on, the operator's layout (``fixed``), never reconfigured
 
 
 class MigWait(Enum):
@@ -45,6 +49,7 @@ class MigGpu:
     # lease ids, and the spot leases that alone make it ``plain``
     spot: tuple[tuple[str, Instance], ...] = ()
     plain_spot: tuple[str, ...] = ()
+    fixed: tuple[Instance, ...] = ()  # mode FIXED: the instances it offers, all of them
 
 
 @dataclass(frozen=True)
@@ -66,7 +71,7 @@ class MigPick:
 
 def usable(gpu: MigGpu, models: frozenset[str]) -> bool:
     """May ``gpu`` carry MIG instances for an order of ``models``?"""
-    return (gpu.mode == DYNAMIC and gpu.healthy and not gpu.plain
+    return (gpu.mode in (DYNAMIC, FIXED) and gpu.healthy and not gpu.plain
             and gpu.model in models and model_for(gpu.model) is not None)
 
 
@@ -77,16 +82,28 @@ def _best_on(gpus: Sequence[MigGpu], profile: str,
     for pos, gpu in enumerate(gpus):
         model = model_for(gpu.model)
         assert model is not None
-        start = place(model, profile, gpu.layout, demand)
+        if gpu.mode == FIXED:
+            start = fixed_start(gpu, profile)
+            delta = 0.0  # the layout is the operator's: nothing to score
+        else:
+            start = place(model, profile, gpu.layout, demand)
         if start is None:
             continue
-        used = ranges(model, gpu.layout)
-        delta = frag_score(model, [*used, (start, model.profile(profile).memory_slices)],
-                           demand) - frag_score(model, used, demand)
+        if gpu.mode != FIXED:
+            used = ranges(model, gpu.layout)
+            delta = frag_score(model, [*used, (start, model.profile(profile).memory_slices)],
+                               demand) - frag_score(model, used, demand)
         key = (0 if gpu.layout else 1, delta, -start, pos)
         if best is None or key < best[0]:
             best = (key, pos, start)
     return None if best is None else (best[1], best[2])
+
+
+def fixed_start(gpu: MigGpu, profile: str) -> int | None:
+    """The lowest start of a free ``profile`` instance of a fixed GPU's layout, or None."""
+    held = set(gpu.layout)
+    free = [start for name, start in gpu.fixed if name == profile and (name, start) not in held]
+    return min(free) if free else None
 
 
 def place_on_node(gpus: Sequence[MigGpu], request: MigRequest,

@@ -75,6 +75,7 @@ class MigMode(models.TextChoices):
 
     WHOLE = "whole", "Whole GPUs only"
     DYNAMIC = "dynamic", "MIG instances on demand"
+    FIXED = "fixed", "Fixed MIG layout (mig-parted config, ADR 0238)"
 
 
 class Node(models.Model):
@@ -109,7 +110,12 @@ class Node(models.Model):
     mig_mode = models.CharField(
         max_length=8, choices=MigMode.choices, default=MigMode.WHOLE, db_default=MigMode.WHOLE,
         help_text="whole: GPUs are leased whole or in time-sliced fractions; dynamic: a free "
-                  "MIG-capable GPU may be split into MIG instances for orders (ADR 0222)")
+                  "MIG-capable GPU may be split into MIG instances for orders (ADR 0222); "
+                  "fixed: the layout below, never changed (ADR 0238)")
+    mig_layout = models.JSONField(
+        default=dict, blank=True, db_default={},
+        help_text="mode fixed: the applied mig-parted config, {'config': name, 'gpus': "
+                  "{index: {'mig-enabled', 'instances': [[profile, start]]}}} (ADR 0238)")
     created = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -148,6 +154,10 @@ class Gpu(models.Model):
     service_since = models.DateTimeField(null=True, blank=True)
     mig_mode = models.CharField(max_length=8, choices=MigMode.choices, blank=True, default="",
                                 db_default="", help_text="empty: the node's mode")
+    mig_layout = models.JSONField(
+        default=dict, blank=True, db_default={},
+        help_text="mode fixed: this GPU's layout {'mig-enabled', 'instances'}; empty: the "
+                  "node's (ADR 0238)")
 
     class Meta:
         ordering = ["node", "index"]

@@ -29,7 +29,7 @@ from portal.leasing import schedcache, states, usage
 from portal.leasing.models import MILLI_PER_SLOT, Allocation, Lease, MigInstance, Priority, Quota
 from portal.leasing.quotesnap import QuoteSnapshot
 from portal.tenants.models import Tenant
-from scheduler import migplace
+from scheduler import migfixed, migplace
 
 PRIORITY = {"reserved": core.PriorityClass.RESERVED, "on_demand": core.PriorityClass.ON_DEMAND,
             "spot": core.PriorityClass.SPOT}
@@ -288,7 +288,8 @@ def _usage(now: datetime) -> tuple[core.UsageRecord, ...]:
 def hardware() -> core.Snapshot:
     """Nodes and topology only (no leases): what ``never_fits`` compares an order with."""
     static = CACHE.get()
-    return core.Snapshot(nodes=_nodes(static), topology=static.topology)
+    return core.Snapshot(nodes=_without_mig_gpus(_nodes(static), fixed_mig_gpus()),
+                         topology=static.topology)
 
 
 def never_fits(lease: Lease, now: datetime) -> core.NeverFits | None:
@@ -301,7 +302,7 @@ def snapshot(*, exclude_leases: Iterable[str] = ()) -> core.Snapshot:
     usage of now, read in the caller's transaction."""
     now = clock.now()
     static = CACHE.get()
-    mig_gpus: set[tuple[str, int]] = set()
+    mig_gpus: set[tuple[str, int]] = fixed_mig_gpus()
     leases = _leases(exclude_leases, static, mig_gpus)
     return core.Snapshot(nodes=_without_mig_gpus(_nodes(static), mig_gpus),
                          topology=static.topology, leases=leases, quotas=_quotas(),
@@ -452,6 +453,46 @@ def mig_slices(model: str, profile: str) -> int:
     return migplace.memory_slices(model, profile)
 
 
+MigLayoutError = migfixed.LayoutError
+FixedLayout = migfixed.FixedLayout
+
+
+def mig_config_layouts(document: Any, name: str, gpus: Mapping[int, str]
+                       ) -> dict[int, migfixed.FixedLayout]:
+    """Each GPU's fixed layout (``gpus``: index -> model) under config ``name`` of a loaded
+    mig-parted document; ``MigLayoutError`` naming the field when it is bad (ADR 0238)."""
+    return migfixed.layouts(migfixed.config(document, name), gpus, f"mig-configs.{name}")
+
+
+def fixed_layout(own_mode: str, own_layout: Any, node_mode: str, node_layout: Any,
+                 index: int) -> migfixed.FixedLayout | None:
+    """A GPU's fixed layout when its mode (its own, else its node's) is ``fixed`` and a
+    layout names it (its own, else its node's entry for it); None otherwise."""
+    if (own_mode or node_mode) != MigMode.FIXED:
+        return None
+    if own_mode == MigMode.FIXED and own_layout:
+        return migfixed.from_wire(own_layout)
+    gpus = node_layout.get("gpus") if isinstance(node_layout, dict) else None
+    return migfixed.from_wire(gpus.get(str(index))) if isinstance(gpus, dict) else None
+
+
+def _fixed_rows() -> Iterable[tuple[str, int, migfixed.FixedLayout]]:
+    rows = Gpu.objects.filter(Q(mig_mode=MigMode.FIXED) | Q(
+        mig_mode="", node__mig_mode=MigMode.FIXED)).values_list(
+        "node__hostname", "index", "mig_mode", "mig_layout", "node__mig_mode",
+        "node__mig_layout")
+    for hostname, index, own, own_layout, node_mode, node_layout in rows:
+        layout = fixed_layout(own, own_layout, node_mode, node_layout, index)
+        if layout is not None:
+            yield hostname, index, layout
+
+
+def fixed_mig_gpus() -> set[tuple[str, int]]:
+    """(hostname, index) of each GPU in a fixed layout with MIG on: never used whole, by a
+    fraction or a gang (hidden from the core, ADR 0238)."""
+    return {(h, i) for h, i, layout in _fixed_rows() if layout.enabled}
+
+
 def _mig_gpus(now: datetime) -> list[migplace.MigGpu]:
     """Every GPU as the MIG pass sees it, read now (the caller's transaction): mode (its
     own, else its node's), plain use from now on, and its live instances."""
@@ -470,6 +511,7 @@ def _mig_gpus(now: datetime) -> list[migplace.MigGpu]:
             "gpu_id", "lease_id", "lease__priority").distinct():
         plain[gpu_id].add(str(lease_id) if priority == Priority.SPOT else None)
     unreachable = _unreachable()
+    fixed = {(h, i): f for h, i, f in _fixed_rows() if f.enabled}
     out = []
     for pk, hostname, index, model, own, node_mode, health, service, state, node_service, \
             node_pk, agent in Gpu.objects.order_by("node__hostname", "index").values_list(
@@ -479,14 +521,21 @@ def _mig_gpus(now: datetime) -> list[migplace.MigGpu]:
                    and _offered_state(state, node_service) == core.NodeState.READY
                    and node_pk not in unreachable)
         # an agent of the previous release ignores the MIG layout: whole use only there
-        dynamic = (own or node_mode) == MigMode.DYNAMIC and protocol.supports(agent, "mig")
-        mode = migplace.DYNAMIC if dynamic else migplace.WHOLE
+        mig = protocol.supports(agent, "mig")
+        fixed_here = fixed.get((hostname, index))
+        if fixed_here is not None:
+            mode = migplace.FIXED if mig else migplace.WHOLE  # WHOLE: offers nothing
+        elif (own or node_mode) == MigMode.DYNAMIC and mig:
+            mode = migplace.DYNAMIC
+        else:
+            mode = migplace.WHOLE
         users = plain.get(pk, set())
         out.append(migplace.MigGpu(
             node=hostname, index=index, model=model, mode=mode, plain=bool(users),
             healthy=healthy, layout=tuple(sorted(layout.get(pk, ()))),
             spot=tuple(sorted(spot.get(pk, ()))),
-            plain_spot=() if None in users else tuple(sorted(u for u in users if u))))
+            plain_spot=() if None in users else tuple(sorted(u for u in users if u)),
+            fixed=fixed_here.instances if fixed_here else ()))
     return out
 
 
@@ -536,7 +585,7 @@ def mig_capable(models: Iterable[str]) -> bool:
     """Does any GPU of ``models`` run MIG on demand (mode dynamic, a MIG model)? Busy or
     unhealthy ones count: the order is accepted and waits (``mig_none``)."""
     wanted = set(models)
-    return any(g.model in wanted and g.mode == migplace.DYNAMIC
+    return any(g.model in wanted and g.mode in (migplace.DYNAMIC, migplace.FIXED)
                and bool(migplace.profiles_of(g.model)) for g in _mig_gpus(clock.now()))
 
 

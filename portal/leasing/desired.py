@@ -11,7 +11,7 @@ from portal.fleet import services as fleet
 from portal.fleet.models import FabricDesiredState, NodeDesiredState
 from portal.inventory import selectors as inventory
 from portal.inventory.models import HcaPort, MigMode, Node
-from portal.leasing import handover, states
+from portal.leasing import allocation, handover, states
 from portal.leasing.models import Allocation, Lease, MigInstance
 from portal.tenants.models import Tenant
 from portal.tenants.selectors import host_login_keys
@@ -70,7 +70,9 @@ def _mig_layout(node: Node) -> list[dict[str, Any]]:
     """Per GPU of the node that MIG may use (its mode dynamic, or instances on it): the
     instances of granting leases it must hold (ADR 0222); a releasing lease's instance is
     left out, so the agent destroys it once its grant is torn down, and the teardown is
-    observed only then. [] tells the agent to destroy idle ones."""
+    observed only then. [] tells the agent to destroy idle ones. A GPU in a fixed layout
+    (ADR 0238) holds every instance of its layout, leased or not (the agent cleans a
+    torn-down grant's instance in place); one with MIG off in its layout: [] (whole)."""
     instances: dict[int, list[dict[str, Any]]] = defaultdict(list)
     managed: set[int] = set()
     for index, profile, start, state in MigInstance.objects.filter(
@@ -79,9 +81,13 @@ def _mig_layout(node: Node) -> list[dict[str, Any]]:
         managed.add(index)
         if state in GRANTING:
             instances[index].append({"profile": profile, "start": start})
-    for index, own in node.gpus.values_list("index", "mig_mode"):
+    for index, own, own_layout in node.gpus.values_list("index", "mig_mode", "mig_layout"):
         if (own or node.mig_mode) == MigMode.DYNAMIC:
             managed.add(index)
+        fixed = allocation.fixed_layout(own, own_layout, node.mig_mode, node.mig_layout, index)
+        if fixed is not None:
+            managed.add(index)
+            instances[index] = [{"profile": p, "start": s} for p, s in fixed.instances]
     return [{"gpu_index": i, "instances": instances.get(i, [])} for i in sorted(managed)]
 
 

@@ -48,6 +48,10 @@ A_READ = _row(200, 200, 404, 200, 404)  # a's data: a's people and a's key; not 
 A_ADMIN = _row(200, 200, 404, 403, 404)  # a's data, admin-only write
 OWN_TENANT = _row(200, 200, 200, 200, 404)  # "your tenant": the key's own, either one
 NOBODY = _row(403, 403, 403, 403, 403)  # platform staff only (no column is staff)
+# a mig-parted file that leaves the node whole (fixed layout, ADR 0238)
+MIG_LAYOUT = {"config": "version: v1\nmig-configs:\n  all-disabled:\n"
+                        "    - devices: all\n      mig-enabled: false\n",
+              "name": "all-disabled"}
 PAGE = _row(200, LOGIN, LOGIN, 200, 200)  # removed: the "no tenant" page, nothing of a's
 PAGE_MEMBER = _row(200, LOGIN, LOGIN, 403, 200)
 PUBLIC = ALL_200
@@ -119,6 +123,7 @@ ROUTES: dict[str, list[Case]] = {
     "node-service": [("GET", "node", {}, NOBODY),
                      ("POST", "node", {"action": "cordon", "reason": "x"}, NOBODY)],
     "gpu-service": [("POST", "gpu_uuid", {"action": "cordon", "reason": "x"}, NOBODY)],
+    "node-mig-layout": [("POST", "node", MIG_LAYOUT, NOBODY)],
     # webhooks: owners and admins of the key's / session's tenant (other_key: b's own list)
     "webhook-list": [("GET", "none", {}, _row(200, 200, 200, 403, 404)),
                      ("POST", "none", WEBHOOK,

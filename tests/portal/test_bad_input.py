@@ -36,6 +36,10 @@ CASES = [
     ("me", {}, "post", {"tenant": "bad slug!"}, "tenant"),
     ("node-set-state", {"hostname": "gpu-node-0001"}, "post", {"state": "exploded"}, "state"),
     ("node-set-state", {"hostname": "gpu-node-0001"}, "post", {}, "state"),
+    ("node-mig-layout", {"hostname": "gpu-node-0001"}, "post", {"name": "c"}, "config"),
+    ("node-mig-layout", {"hostname": "gpu-node-0001"}, "post",
+     {"config": "version: v1\nmig-configs: {c: [{devices: all, mig-enabled: maybe}]}",
+      "name": "c"}, "mig-configs.c[0].mig-enabled"),
 ]
 
 
@@ -70,6 +74,7 @@ def test_bad_input_names_the_field(staff_client: Any, name: str, kwargs: dict[st
     ("invitation-list", {"tenant_slug": "a"}, "post", "role"),
     ("apikey-list", {}, "post", "expires_at"),
     ("node-set-state", {"hostname": "gpu-node-0001"}, "post", "state"),
+    ("node-mig-layout", {"hostname": "gpu-node-0001"}, "post", "config"),
     ("tenant-detail", {"slug": "a"}, "patch", "contact_email"),
 ])
 def test_garbage_values_never_500(staff_client: Any, name: str, kwargs: dict[str, str],

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from portal.core.errors import ApplicationError
+from portal.inventory.models import Node
+from portal.leasing import miglayout
+
+
+class Command(BaseCommand):
+    help = ("Apply a named config of an NVIDIA mig-parted file to a node (fixed MIG layout, "
+            "ADR 0238); all or nothing.")
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", help="mig-parted config file ('-' for stdin)")
+        parser.add_argument("--node", required=True, help="hostname")
+        parser.add_argument("--config", required=True, help="the config of mig-configs")
+        parser.add_argument("--gpu", type=int, help="only this GPU index (its override)")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        path = opts["file"]
+        try:
+            text = self.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise CommandError(f"cannot read {path}: {exc}") from exc
+        node = Node.objects.filter(hostname__iexact=opts["node"]).first()
+        if node is None:
+            raise CommandError(f"no node {opts['node']!r}")
+        try:
+            applied = miglayout.apply_config(actor=None, node=node, text=text,
+                                             name=opts["config"], gpu_index=opts["gpu"])
+        except ApplicationError as exc:
+            raise CommandError(f"{path}: {exc.message} (nothing was changed)") from exc
+        self.stdout.write(json.dumps(applied, indent=2, sort_keys=True))
