@@ -264,7 +264,7 @@ print("CLOSE " + json.dumps({"month": start.date().isoformat(), "status": invoic
 class Credit:
     availability: Decimal
     expected: Decimal
-    actual: Decimal
+    actual: Decimal | None  # None: the month did not close
     focus: dict[str, str] | None
 
     @property
@@ -273,7 +273,7 @@ class Credit:
             self.focus is not None and self.focus["ChargeCategory"] == "Credit"
             and Decimal(self.focus["BilledCost"]) == -self.expected
             and self.focus["x_CreditKind"] == "sla")
-        return self.actual == -self.expected and row_ok
+        return self.actual is not None and self.actual == -self.expected and row_ok
 
 
 def _expected_credit(stack: Stack, failed_truth: Decimal) -> tuple[Decimal, Decimal]:
@@ -299,11 +299,13 @@ def _expected_credit(stack: Stack, failed_truth: Decimal) -> tuple[Decimal, Deci
 def _close_month(stack: Stack, failed_truth: Decimal) -> Credit:
     tiers = json.dumps([[str(b), str(c)] for b, c in SLA_TIERS])
     script = CLOSE % {"tenant": TENANT, "promise": str(SLA_PROMISE), "tiers": tiers}
-    out = subprocess.run([PYTHON, "-m", "django", "shell", "-c", script], cwd=ROOT,
-                         env=stack.env(), capture_output=True, text=True, timeout=900,
-                         check=True).stdout
-    closed = json.loads(next(x for x in out.splitlines() if x.startswith("CLOSE "))[6:])
+    done = subprocess.run([PYTHON, "-m", "django", "shell", "-c", script], cwd=ROOT,
+                          env=stack.env(), capture_output=True, text=True, timeout=900)
     percent, expected = _expected_credit(stack, failed_truth)
+    if done.returncode:
+        print(f"the month did not close: {done.stderr[-600:]}")
+        return Credit(percent, expected, None, None)
+    closed = json.loads(next(x for x in done.stdout.splitlines() if x.startswith("CLOSE "))[6:])
     return Credit(percent, expected, Decimal(closed["credit"]), closed["focus"])
 
 
@@ -388,19 +390,22 @@ def _report(stack: Stack, r: Run, leases: list[str], o: argparse.Namespace) -> i
     print(f"replaced {len(replaced)}, degraded leases {degraded} (no replacement that keeps "
           f"the lease's placement was free), not fenced "
           f"{len(r.faults) - len(fenced) - len(fenced_silent)}")
+    # every lease still open, the fill's stragglers and replacements included: the month
+    # closes only once all its usage has settled
+    settled = ("ended", "expired", "failed", "cancelled", "rejected", "preempted")
+    open_leases = [i for i, s in stack.states().items() if s not in settled]
     with stack.client() as c:
-        for lease in leases:
+        for lease in open_leases:
             c.post(f"/api/v1/leases/{lease}/release", json={"reason": "bench"},
                    headers=stack.auth(TENANT))
-    stack.wait_settled(timeout=300, ok=("ended", "expired", "failed", "cancelled",
-                                        "rejected", "preempted"))
+    stack.wait_settled(timeout=300, ok=settled)
     _meter(stack)
     billed_failed, unbilled = _billed_on_failed(stack)
     print(f"GPU-seconds billed on failed hardware: {billed_failed:.0f} "
           f"(unbilled by metering: {unbilled:.0f})")
     credit = _close_month(stack, _failed_truth(stack))
     print(f"availability {credit.availability} % against a {SLA_PROMISE} % SLA: credit "
-          f"{-credit.actual:.2f}, expected {credit.expected:.2f} "
+          f"{'none' if credit.actual is None else f'{-credit.actual:.2f}'}, expected {credit.expected:.2f} "
           f"({'exact to the cent' if credit.exact else 'NOT exact'}; FOCUS row "
           f"{credit.focus or 'none'})")
     offered = _offered_before_validation(stack)
