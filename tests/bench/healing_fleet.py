@@ -401,7 +401,7 @@ def _report(stack: Stack, r: Run, leases: list[str], o: argparse.Namespace) -> i
     stack.wait_settled(timeout=300, ok=settled)
     _meter(stack)
     billed_failed, unbilled = _billed_on_failed(stack)
-    print(f"GPU-seconds billed on failed hardware: {billed_failed:.0f} "
+    print(f"GPU-seconds billed on failed hardware: {billed_failed:.1f} "
           f"(unbilled by metering: {unbilled:.0f})")
     credit = _close_month(stack, _failed_truth(stack))
     print(f"availability {credit.availability} % against a {SLA_PROMISE} % SLA: credit "
