@@ -563,17 +563,27 @@ def mig_preempting(lease: Lease, now: datetime,
 
 
 def mig_replacement(lease: Lease, *, count: int, node: str | None, exclude: frozenset[str],
-                    now: datetime) -> tuple[migplace.MigPick, ...] | None:
+                    now: datetime,
+                    ) -> tuple[tuple[migplace.MigPick, ...], tuple[str, ...]] | None:
     """Where ``count`` failed MIG instances of a running lease go now: on ``node`` (a GPU
     fault: beside its other instances) or on one node outside ``exclude`` (a node fault:
-    all its instances move); failed GPUs are unhealthy, so never chosen. None: no room."""
+    all its instances move); failed GPUs are unhealthy, so never chosen. With no free room,
+    spot work gives way to a paying lease's repair (ADR 0241: the fewest spot leases, as
+    for whole GPUs). The picks and the spot leases to preempt; None: no room even so."""
     gpus = [g for g in _mig_gpus(now)
             if (g.node == node if node is not None else g.node not in exclude)]
     request = migplace.MigRequest(id=str(lease.pk), profile=lease.mig_profile, count=count,
                                   models=frozenset([lease.gpu_model] if lease.gpu_model
                                                    else lease.allowed_models))
     answer = migplace.schedule(gpus, [request])[request.id]
-    return None if isinstance(answer, migplace.MigWait) else answer
+    if not isinstance(answer, migplace.MigWait):
+        return answer, ()
+    if lease.priority == Priority.SPOT:
+        return None
+    preempting = migplace.place_preempting(gpus, request)
+    if preempting is None or not preempting[1]:
+        return None
+    return preempting[0], tuple(sorted(preempting[1]))
 
 
 def mig_preview(lease: Lease, now: datetime) -> tuple[migplace.MigPick, ...] | migplace.MigWait:

@@ -166,19 +166,22 @@ def _replace_mig(lease: Lease, fault: LeaseFault, now: datetime) -> bool:
     """New instances for the MIG instances a fault took (issue 28): beside the lease's
     others for a GPU fault; on one other node for a node fault (the instances of an order
     are all on one node, so the fault took them all and they stay together). False when
-    none is free now."""
+    none is free now, even with spot instances preempted."""
     count = MigInstance.objects.filter(lease=lease, gpu__node_id=fault.node_id,
                                        gpu__index__in=fault.gpu_indexes,
                                        allocation__live=False,
                                        allocation__start_at__lte=fault.fenced_at).count()
     gpu_fault = fault.node.service in KEPT_BY_LEASES
-    picks = allocation.mig_replacement(
+    found = allocation.mig_replacement(
         lease, count=count, node=fault.node.hostname if gpu_fault else None,
         exclude=frozenset() if gpu_fault else frozenset({fault.node.hostname}), now=now)
-    if not count or picks is None:
+    if not count or found is None:
         return False
+    picks, victims = found
     try:
         with transaction.atomic():
+            if victims:  # spot instances give way to a paying lease's repair
+                preemption.preempt(victims, by=lease, at=now)
             migplacing.write_instances(lease, picks, now, lease.end_at)
     except IntegrityError as exc:
         log.warning("MIG repair of %s lost a race (%s); retried", lease.pk, exc)

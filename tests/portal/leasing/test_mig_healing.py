@@ -88,3 +88,42 @@ def test_a_node_fault_moves_all_of_a_leases_instances_to_one_other_node(
         Node.objects.exclude(hostname=first).get().hostname}  # one node, as ordered
     assert all(d["uuid"].startswith("MIG-") for d in devices)
     assert LeaseFault.objects.get(lease=lease).gpus == Decimal("0.284")
+
+
+def test_mig_healing_preempts_spot_instances_when_no_instance_is_free(
+        mig_pool: dict[str, Any]) -> None:
+    """A paying lease's repair displaces spot work, as whole-GPU repairs do (ADR 0241);
+    before, the lease went degraded while a spot instance held the room."""
+    leases = _two_tenants_on_gpu0(mig_pool)
+    Gpu.objects.filter(index=1).update(mig_mode=MigMode.DYNAMIC)
+    spot = orders.order(mig_pool, 3, profile="7g.80gb", priority="spot")  # all of GPU 1
+    drive()
+    spot.refresh_from_db()
+    assert spot.state == S.ACTIVE and mig_devices(spot)[0]["gpu_index"] == 1
+    faults.gpu_failed(gpu=Gpu.objects.get(index=0), cause="xid 48", rule="xid.48")
+    drive()
+    spot.refresh_from_db()
+    assert spot.state == S.PREEMPTED or spot.release_kind == S.PREEMPTED
+    for lease in leases:
+        lease.refresh_from_db()
+        assert lease.state == S.ACTIVE and lease.condition == Condition.HEALTHY
+        (device,) = mig_devices(lease)
+        assert device["gpu_index"] == 1
+        assert LeaseFault.objects.get(lease=lease).resolution == LeaseFault.Resolution.REPLACED
+
+
+def test_a_spot_mig_lease_in_repair_preempts_nothing(mig_pool: dict[str, Any]) -> None:
+    spot_a, spot_b = (orders.order(mig_pool, n, priority="spot") for n in range(2))
+    drive()
+    Gpu.objects.filter(index=1).update(mig_mode=MigMode.DYNAMIC)
+    other = orders.order(mig_pool, 3, profile="7g.80gb", priority="spot")
+    drive()
+    other.refresh_from_db()
+    assert other.state == S.ACTIVE and mig_devices(other)[0]["gpu_index"] == 1
+    faults.gpu_failed(gpu=Gpu.objects.get(index=0), cause="xid 48", rule="xid.48")
+    drive()
+    other.refresh_from_db()
+    assert other.state == S.ACTIVE and not other.release_kind
+    for lease in (spot_a, spot_b):
+        lease.refresh_from_db()
+        assert lease.condition == Condition.DEGRADED
