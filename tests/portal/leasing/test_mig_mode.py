@@ -15,13 +15,13 @@ import pytest
 import yaml
 from django.urls import reverse
 
+from portal.core.models import AuditLog
 from portal.fleet.models import NodeDesiredState, NodeObservedState
 from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Gpu, MigMode, Node
 from portal.leasing import desired, services
 from portal.leasing.models import Allocation, Lease, MigInstance
 from portal.leasing.models import LeaseState as S
-from portal.core.models import AuditLog
 from portal.tenants.models import Role
 from portal.tenants.services import api_key_create
 from tests.portal.factories import add_member, client_for, make_tenant, make_user
