@@ -49,6 +49,8 @@ urlpatterns = [
          name="node-service"),
     path("fleet/nodes/<str:hostname>/mig-layout", leasing_mig.NodeMigLayoutView.as_view(),
          name="node-mig-layout"),
+    path("fleet/nodes/<str:hostname>/mig-mode", leasing_mig.NodeMigModeView.as_view(),
+         name="node-mig-mode"),
     path("fleet/gpus/<str:uuid>/service", fleet_service.GpuServiceView.as_view(),
          name="gpu-service"),
     path("", include(router.urls)),

@@ -11,7 +11,7 @@ from portal.fleet import services as fleet
 from portal.fleet.models import FabricDesiredState, NodeDesiredState
 from portal.inventory import selectors as inventory
 from portal.inventory.models import HcaPort, MigMode, Node
-from portal.leasing import allocation, handover, states
+from portal.leasing import allocation, handover, migdevices, states
 from portal.leasing.models import Allocation, Lease, MigInstance
 from portal.tenants.models import Tenant
 from portal.tenants.selectors import host_login_keys
@@ -72,9 +72,11 @@ def _mig_layout(node: Node) -> list[dict[str, Any]]:
     left out, so the agent destroys it once its grant is torn down, and the teardown is
     observed only then. [] tells the agent to destroy idle ones. A GPU in a fixed layout
     (ADR 0238) holds every instance of its layout, leased or not (the agent cleans a
-    torn-down grant's instance in place); one with MIG off in its layout: [] (whole)."""
+    torn-down grant's instance in place); one with MIG off in its layout: [] (whole). A GPU
+    switched to whole that its agent still reports under MIG: [] until MIG is off there
+    (the agent leaves a GPU not listed alone, ``agents.node.migapply``)."""
     instances: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    managed: set[int] = set()
+    managed: set[int] = migdevices.still_split(node.pk)
     for index, profile, start, state in MigInstance.objects.filter(
             gpu__node=node, allocation__live=True).order_by("gpu__index", "start").values_list(
             "gpu__index", "profile", "start", "lease__state"):

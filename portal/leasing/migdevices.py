@@ -56,6 +56,20 @@ def pending_reset(node_ids: set[int]) -> set[tuple[int, int]]:
     return out
 
 
+def still_split(node_id: int) -> set[int]:
+    """Indices of the node's GPUs its agent still reports under MIG (mode enabled or
+    pending_reset, or holding instances). An agent reports only the GPUs it is told to
+    manage, so a GPU switched to whole stays here until the agent has turned MIG off."""
+    row = NodeObservedState.objects.filter(node_id=node_id).only("document").first()
+    reported = row.document.get("mig") if row else None
+    out: set[int] = set()
+    for gpu in reported if isinstance(reported, list) else []:
+        if isinstance(gpu, dict) and isinstance(gpu.get("gpu_index"), int) and (
+                gpu.get("mode") in ("enabled", "pending_reset") or gpu.get("instances")):
+            out.add(gpu["gpu_index"])
+    return out
+
+
 def ready(lease: Lease) -> bool:
     """Every live instance of a MIG lease has its UUID (a plain lease: always)."""
     if not lease.mig_profile:

@@ -42,20 +42,20 @@ def _layouts(document: Any, name: str, gpus: dict[int, str]
         raise ApplicationError(str(exc), fields={exc.field: [exc.message]}) from exc
 
 
-def _check_not_busy(gpu: Gpu, layout: allocation.FixedLayout) -> None:
-    """409 when ``layout`` would destroy a live instance of ``gpu`` or split it while a
-    whole or fractional lease holds it (the scheduler never does either)."""
+def check_not_busy(gpu: Gpu, layout: allocation.FixedLayout, field: str = "name") -> None:
+    """409 (on ``field``) when ``layout`` would destroy a live instance of ``gpu`` or split
+    it while a whole or fractional lease holds it (the scheduler never does either)."""
     offered = set(layout.instances)
     for profile, start in MigInstance.objects.filter(
             gpu=gpu, allocation__live=True).values_list("profile", "start"):
         if (profile, start) not in offered:
             raise Conflict(f"{gpu}: its {profile} instance at slot {start} is leased and "
-                           "not in the new layout", fields={"name": [
+                           "not in the new layout", fields={field: [
                                f"GPU {gpu.index} has a leased {profile} at slot {start}"]})
     if layout.enabled and Allocation.objects.filter(gpu=gpu, live=True,
                                                     lease__mig_profile="").exists():
         raise Conflict(f"{gpu}: held whole or by a fraction; MIG waits until it is free",
-                       fields={"name": [f"GPU {gpu.index} is leased whole"]})
+                       fields={field: [f"GPU {gpu.index} is leased whole"]})
 
 
 def apply_config(*, actor: Any, node: Node, text: str, name: str,
@@ -78,7 +78,7 @@ def apply_config(*, actor: Any, node: Node, text: str, name: str,
         targets = {i: layout for i, layout in layouts.items()
                    if gpu_index is not None or not gpus[i].mig_mode}
         for index, layout in targets.items():
-            _check_not_busy(gpus[index], layout)
+            check_not_busy(gpus[index], layout)
         wire = {str(i): layout.as_wire() for i, layout in sorted(layouts.items())}
         if gpu_index is None:
             node.mig_mode, node.mig_layout = MigMode.FIXED, {"config": name, "gpus": wire}

@@ -52,6 +52,7 @@ NOBODY = _row(403, 403, 403, 403, 403)  # platform staff only (no column is staf
 MIG_LAYOUT = {"config": "version: v1\nmig-configs:\n  all-disabled:\n"
                         "    - devices: all\n      mig-enabled: false\n",
               "name": "all-disabled"}
+MIG_MODE = {"mode": "whole", "reason": "credential table"}  # whole already: a no-op
 PAGE = _row(200, LOGIN, LOGIN, 200, 200)  # removed: the "no tenant" page, nothing of a's
 PAGE_MEMBER = _row(200, LOGIN, LOGIN, 403, 200)
 PUBLIC = ALL_200
@@ -124,6 +125,7 @@ ROUTES: dict[str, list[Case]] = {
                      ("POST", "node", {"action": "cordon", "reason": "x"}, NOBODY)],
     "gpu-service": [("POST", "gpu_uuid", {"action": "cordon", "reason": "x"}, NOBODY)],
     "node-mig-layout": [("POST", "node", MIG_LAYOUT, NOBODY)],
+    "node-mig-mode": [("PUT", "node", MIG_MODE, NOBODY)],
     # webhooks: owners and admins of the key's / session's tenant (other_key: b's own list)
     "webhook-list": [("GET", "none", {}, _row(200, 200, 200, 403, 404)),
                      ("POST", "none", WEBHOOK,

@@ -40,6 +40,7 @@ STAFF_ONLY = 401, 403, 403, 403, 403, 200
 MIG_LAYOUT = {"config": "version: v1\nmig-configs:\n  all-disabled:\n"
                         "    - devices: all\n      mig-enabled: false\n",
               "name": "all-disabled"}
+MIG_MODE = {"mode": "whole", "reason": "matrix"}  # the node is whole already: a no-op
 ANY_USER = 401, 200, 200, 200, 200, 200
 ORDER = {"models": ["H100"], "gpu_count": 1, "duration_hours": 1}
 A_ADMIN_ONLY = 401, 404, 403, 403, 200, 404  # a's admins; staff without a tenant: 404
@@ -123,6 +124,7 @@ MATRIX: dict[tuple[str, str], tuple[str, dict[str, Any], dict[str, int]]] = {
     ("gpu-service", "POST"): ("gpu_uuid", {"action": "cordon", "reason": "matrix"},
                               _row(*STAFF_ONLY)),
     ("node-mig-layout", "POST"): ("node", MIG_LAYOUT, _row(*STAFF_ONLY)),
+    ("node-mig-mode", "PUT"): ("node", MIG_MODE, _row(*STAFF_ONLY)),
     # webhooks: owners and admins of the active tenant (other: its own tenant b's list)
     ("webhook-list", "GET"): ("none", {}, _row(401, 200, 403, 403, 200, 404)),
     ("webhook-list", "POST"): ("none", WEBHOOK, _row(401, 201, 403, 403, 201, 404)),

@@ -40,6 +40,12 @@ CASES = [
     ("node-mig-layout", {"hostname": "gpu-node-0001"}, "post",
      {"config": "version: v1\nmig-configs: {c: [{devices: all, mig-enabled: maybe}]}",
       "name": "c"}, "mig-configs.c[0].mig-enabled"),
+    ("node-mig-mode", {"hostname": "gpu-node-0001"}, "put", {"reason": "r"}, "mode"),
+    ("node-mig-mode", {"hostname": "gpu-node-0001"}, "put",
+     {"mode": "fixed", "reason": "r"}, "mode"),
+    ("node-mig-mode", {"hostname": "gpu-node-0001"}, "put", {"mode": "whole"}, "reason"),
+    ("node-mig-mode", {"hostname": "gpu-node-0001"}, "put",
+     {"mode": "dynamic", "gpu": 9, "reason": "r"}, "gpu"),
 ]
 
 
@@ -75,6 +81,8 @@ def test_bad_input_names_the_field(staff_client: Any, name: str, kwargs: dict[st
     ("apikey-list", {}, "post", "expires_at"),
     ("node-set-state", {"hostname": "gpu-node-0001"}, "post", "state"),
     ("node-mig-layout", {"hostname": "gpu-node-0001"}, "post", "config"),
+    ("node-mig-mode", {"hostname": "gpu-node-0001"}, "put", "mode"),
+    ("node-mig-mode", {"hostname": "gpu-node-0001"}, "put", "gpu"),
     ("tenant-detail", {"slug": "a"}, "patch", "contact_email"),
 ])
 def test_garbage_values_never_500(staff_client: Any, name: str, kwargs: dict[str, str],

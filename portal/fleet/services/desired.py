@@ -143,8 +143,11 @@ def simulate_apply(*, node: Node) -> None:
 
 
 def _simulated_mig(node: Node, gpu: dict[str, Any]) -> dict[str, Any]:
+    """As the agent reports: MIG on while the GPU holds instances, off (whole use) once
+    none are desired (``agents.node.migapply``)."""
     index = gpu["gpu_index"]
-    return {"gpu_index": index, "mode": "enabled", "errors": [], "instances": [
+    mode = "enabled" if gpu.get("instances") else "disabled"
+    return {"gpu_index": index, "mode": mode, "errors": [], "instances": [
         {"profile": i["profile"], "start": i["start"], "gpu_instance_id": i["start"] + 1,
          "uuid": f"MIG-{_sim_uuid(node.pk, index, i['start'], i['profile'])}"}
         for i in gpu.get("instances", [])]}

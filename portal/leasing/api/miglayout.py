@@ -1,4 +1,5 @@
-"""The fixed MIG layout import over REST (platform staff only, ADR 0238)."""
+"""The operators' MIG actions over REST (platform staff only): the fixed layout import
+(ADR 0238) and the switch to whole or dynamic (``portal.leasing.migmode``)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from rest_framework.views import APIView
 
 from portal.core.api.serializers import StrictSerializer
 from portal.inventory.models import Node
-from portal.leasing import miglayout
+from portal.leasing import miglayout, migmode
 from portal.tenants.authentication import IsPlatformStaff
 
 
@@ -40,3 +41,30 @@ class NodeMigLayoutView(APIView):
         return Response(miglayout.apply_config(actor=request.user, node=node,
                                                text=data["config"], name=data["name"],
                                                gpu_index=data.get("gpu")))
+
+
+class MigModeSerializer(StrictSerializer):
+    mode = serializers.ChoiceField(
+        choices=[*migmode.MODES, "fixed"],
+        help_text="whole, dynamic, or (with gpu) inherit: the GPU follows its node again; "
+                  "fixed is refused here, a fixed layout is imported (mig-layout)")
+    gpu = serializers.IntegerField(min_value=0, max_value=255, required=False, allow_null=True,
+                                   help_text="only this GPU (its own mode); absent: the node")
+    reason = serializers.CharField(max_length=migmode.MAX_REASON_CHARS,
+                                   help_text="why, for the audit log")
+
+
+class NodeMigModeView(APIView):
+    """Switch a node (or one of its GPUs) to whole or dynamic MIG use; 409 while that would
+    destroy a leased instance."""
+
+    permission_classes = [IsPlatformStaff]
+
+    @extend_schema(request=MigModeSerializer, responses={200: dict})
+    def put(self, request: Request, **kwargs: Any) -> Response:
+        node = get_object_or_404(Node, hostname=kwargs["hostname"])
+        body = MigModeSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        data = body.validated_data
+        return Response(migmode.change_mode(actor=request.user, node=node, mode=data["mode"],
+                                            reason=data["reason"], gpu_index=data.get("gpu")))
