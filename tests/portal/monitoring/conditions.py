@@ -80,6 +80,15 @@ def _broker(count: int) -> None:
         client.rpush(QUEUE, *[b"{}"] * count)
 
 
+def own_queue(settings: Any) -> None:
+    """Count only this harness's queue. Other tests leave messages in the shared broker's
+    ``celery`` and ``control`` queues (no worker consumes there), and since the control
+    queue was configured (``CELERY_TASK_QUEUES``) the collector counts those too: a long
+    run left over 500 and the quiet portal raised GpupoolCeleryBacklog."""
+    settings.CELERY_TASK_DEFAULT_QUEUE = QUEUE
+    settings.CELERY_TASK_QUEUES = ()
+
+
 def clear_broker() -> None:
     redis.Redis.from_url(settings.REDIS_URL).delete(QUEUE)
 

@@ -7,11 +7,14 @@ nothing; a rule whose threshold cannot be met must make the rule test fail."""
 from __future__ import annotations
 
 import subprocess
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 import yaml
+from kombu import Queue
 from prometheus_client.parser import text_string_to_metric_families
 
 from portal.monitoring import selectors
@@ -108,7 +111,7 @@ def scrapes(settings: Any, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The real /metrics output: quiet; stalled (same database, the broker gone and one
     source failing); troubled (every condition of cond.troubled on top of the quiet one)."""
     settings.GPUPOOL_METRICS_TOKEN = cond.TOKEN
-    settings.CELERY_TASK_DEFAULT_QUEUE = cond.QUEUE
+    cond.own_queue(settings)
     cond.healthy()
     out = {"quiet": cond.scrape_text()}
     broker = settings.CELERY_BROKER_URL
@@ -176,3 +179,24 @@ def test_a_rule_that_cannot_fire_fails_the_rule_test(tmp_path: Path,
     result = promtool("test", "rules", str(_test_file(tmp_path, rules, scrapes)))
     assert result.returncode != 0
     assert "GpupoolQueueStuck" in result.stdout + result.stderr
+
+
+def test_messages_left_in_the_shared_celery_queue_do_not_raise_the_backlog_alert(
+        tmp_path: Path, settings: Any) -> None:
+    """Regression: CI's broker held > 500 stray messages in ``celery`` (tests without
+    workers) and the quiet scrape fired GpupoolCeleryBacklog."""
+    settings.GPUPOOL_METRICS_TOKEN = cond.TOKEN
+    client = redis.Redis.from_url(settings.REDIS_URL)
+    stray = f"gpupool-stray-{uuid.uuid4().hex}"
+    settings.CELERY_TASK_QUEUES = (Queue(stray),)
+    client.rpush(stray, *[b"{}"] * 600)
+    try:
+        cond.own_queue(settings)
+        cond.healthy()
+        depth = {s.labels.get("queue"): s.value
+                 for family in text_string_to_metric_families(cond.scrape_text())
+                 for s in family.samples if s.name == "gpupool_celery_queue_length"}
+        assert depth == {cond.QUEUE: 0}
+    finally:
+        client.delete(stray)
+        cond.clear_broker()

@@ -29,7 +29,7 @@ def _queries() -> list[str]:
 @pytest.mark.services("postgres", "redis")
 def test_dashboard_and_rules_use_only_exposed_series(settings: Any) -> None:
     settings.GPUPOOL_METRICS_TOKEN = cond.TOKEN
-    settings.CELERY_TASK_DEFAULT_QUEUE = cond.QUEUE
+    cond.own_queue(settings)
     cond.troubled()
     exposed = {name for name, _ in cond.samples(cond.scrape_text())}
     cond.clear_broker()

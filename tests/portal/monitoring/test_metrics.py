@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.services("postgres", "redis")]
 def _metrics_settings(settings: Any) -> Any:
     settings.GPUPOOL_METRICS_TOKEN = cond.TOKEN
     settings.GPUPOOL_METRICS_ALLOW = ""
-    settings.CELERY_TASK_DEFAULT_QUEUE = cond.QUEUE
+    cond.own_queue(settings)
     yield settings
     cond.clear_broker()
 
