@@ -117,7 +117,7 @@ class WarmBase:
             if not base.refabric(ctx):
                 return False
             self.stats.refabricked += 1
-        base.changes.clear()  # the base never places: nothing reads its change log
+        base.forget_changes()  # the base never places: nothing reads its change logs
         self.stats.applied += len(gone) + len(new)
         return True
 
