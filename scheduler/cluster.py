@@ -124,10 +124,6 @@ class ClusterState:
             key, order = self._make_key(i)
             self.keys.append(key)
             self.order.append(order)
-        self.classes: dict[NodeKey, dict[int, None]] = {}
-        for i, key in enumerate(self.keys):
-            if self.ready[i]:
-                self.classes.setdefault(key, {})[i] = None
         self.kclasses = KeyClasses.built(self.keys, self.ready, self.mixed)
 
     def refabric(self, ctx: ScoreContext) -> bool:
@@ -202,7 +198,6 @@ class ClusterState:
         new.model_cap, new.model_free = dict(self.model_cap), dict(self.model_free)
         new.leaves = None if self.leaves is None else self.leaves.copy()
         new.keys, new.order = list(self.keys), list(self.order)
-        new.classes = {key: dict(members) for key, members in self.classes.items()}
         new.kclasses = self.kclasses.copy()
         new._start_pass()
         return new
@@ -445,11 +440,11 @@ class ClusterState:
         """Every node that can host ``shape`` now, in node order (one evaluation per
         equivalence class)."""
         out: list[Choice] = []
-        for key, members in self.classes.items():
+        for (key, _), members in self.kclasses.members.items():
             ev = self.evaluate(key, shape)
             if ev is not None:
                 cost, opt = ev
-                out.extend(Choice(i, cost, opt) for i in members)
+                out.extend([Choice(i, cost, opt) for i in members])
         out.sort(key=lambda c: c.node)
         return out
 
@@ -459,7 +454,7 @@ class ClusterState:
 
     def count_feasible(self, shape: Shape) -> int:
         """How many nodes can host ``shape`` now (from class-level evaluations only)."""
-        return sum(len(members) for key, members in self.classes.items()
+        return sum(len(members) for (key, _), members in self.kclasses.members.items()
                    if self.evaluate(key, shape) is not None)
 
     def node_groups(self, topology: Topology) -> NodeGroups:
@@ -701,7 +696,6 @@ class ClusterState:
         self.keys[i] = key
         self.changes.append(i)
         if self.ready[i]:
-            self.classes.setdefault(key, {})[i] = None
             self.kclasses.join(i, (key, i in self.mixed))
 
     def forget_changes(self) -> None:
@@ -711,11 +705,14 @@ class ClusterState:
 
     def _leave_class(self, i: int) -> None:
         self.kclasses.leave(i)
-        members = self.classes.get(self.keys[i])
-        if members is not None and i in members:
-            del members[i]
-            if not members:
-                del self.classes[self.keys[i]]
+
+    @property
+    def classes(self) -> dict[NodeKey, dict[int, None]]:
+        """Ready nodes by state key (the classes of ``kclasses`` merged over ``mixed``)."""
+        out: dict[NodeKey, dict[int, None]] = {}
+        for (key, _), members in self.kclasses.members.items():
+            out.setdefault(key, {}).update(members)
+        return out
 
     # ----------------------------------------------------------------- metrics
     def fits_now(self, alloc: NodeAllocation) -> bool:
@@ -731,7 +728,8 @@ class ClusterState:
     def free_milli(self, models: frozenset[str] = frozenset()) -> int:
         """Free GPU milli on ready nodes (of ``models``), from the class aggregates."""
         return sum(
-            total_free(key) * len(members) for key, members in self.classes.items()
+            total_free(key) * len(members)
+            for (key, _), members in self.kclasses.members.items()
             if not models or key[0] in models
         )
 

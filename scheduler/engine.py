@@ -7,7 +7,7 @@ placements. Nothing here reads a clock or does I/O.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import replace
 
 from scheduler import gcpause
@@ -138,7 +138,7 @@ class _Pass:
                 self.ledger.add(v.tenant, v.model, -v.milli)
         return self._commit(self.base, req, shape, adm, found, victims)
 
-    def _candidates(self, req: Request, guaranteed: bool) -> list[Lease]:
+    def _candidates(self, req: Request, guaranteed: bool) -> Collection[Lease]:
         """``reclaimable`` over the preemptible leases (in their order), kept per request
         kind as leases come and go: an order that does not fit used to filter every
         preemptible lease (issue 30)."""
@@ -148,7 +148,7 @@ class _Pass:
             kept = self._cands[kind] = {
                 le.id: le for le in reclaimable(list(self.preemptible.values()), req,
                                                 guaranteed)}
-        return list(kept.values())
+        return kept.values()  # read, not kept: the pass changes it after the search
 
     def _index_preemptible(self, lease: Lease, add: bool) -> None:
         for kind, kept in self._cands.items():

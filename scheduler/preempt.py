@@ -11,7 +11,7 @@ free nodes and the ``GANG_VICTIM_NODES`` nodes needing the fewest victims.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 
 from scheduler.attempt import Found
@@ -205,7 +205,7 @@ def _victim_heap(state: ClusterState, sid: int, shape: Shape, index: CandidateIn
 
 def find_with_victims(
     state: ClusterState, request: Request, shape: Shape, topology: Topology,
-    candidates: Sequence[Lease], index: CandidateIndex | None = None,
+    candidates: Collection[Lease], index: CandidateIndex | None = None,
 ) -> Preemption | None:
     """A placement that becomes possible after preempting some ``candidates``
     (``index``, when given, must describe the same candidates per node), never on nodes
