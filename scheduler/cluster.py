@@ -145,6 +145,7 @@ class ClusterState:
         """What one pass builds up and the next must not see: the change log, the heaps
         and evaluations (they depend on the context), holds, reserves, victim caches."""
         self.changes: list[int] = []
+        self.mixed_changes: list[int] = []  # the changed nodes that were mixed after it
         # Per shape: the heap over classes (``_class_heap``), and for a tenant's
         # fractional shape the heap over the ``mixed`` nodes (``_mixed_heap``).
         self.class_heaps: dict[Shape, _ClassHeap] = {}
@@ -343,14 +344,13 @@ class ClusterState:
         if sh is None or len(sh.heap) > 4 * len(self.mixed) + 64:
             entries = self._entries(sorted(self.mixed), shape)
             heapq.heapify(entries)
-            sh = self.heaps[shape] = _ShapeHeap(entries, len(self.changes))
-        elif sh.seen < len(self.changes):
-            mixed = self.mixed
-            pending = [i for i in dict.fromkeys(self.changes[sh.seen:]) if i in mixed]
+            sh = self.heaps[shape] = _ShapeHeap(entries, len(self.mixed_changes))
+        elif sh.seen < len(self.mixed_changes):
+            pending = dict.fromkeys(self.mixed_changes[sh.seen:])
             heap, push = sh.heap, heapq.heappush
             for entry in self._entries(pending, shape):
                 push(heap, entry)
-            sh.seen = len(self.changes)
+            sh.seen = len(self.mixed_changes)
         return sh.heap
 
     def _entries(self, idx: Iterable[int], shape: Shape) -> list[Entry]:
@@ -696,11 +696,15 @@ class ClusterState:
         self.keys[i] = key
         self.changes.append(i)
         if self.ready[i]:
-            self.kclasses.join(i, (key, i in self.mixed))
+            mixed = i in self.mixed
+            self.kclasses.join(i, (key, mixed))
+            if mixed:
+                self.mixed_changes.append(i)
 
     def forget_changes(self) -> None:
         """Drop the change logs (a state that never places: nothing reads them)."""
         self.changes.clear()
+        self.mixed_changes.clear()
         self.kclasses.changes.clear()
 
     def _leave_class(self, i: int) -> None:
