@@ -43,7 +43,7 @@ Eval = tuple[Cost, Option] | None
 Entry = tuple[Any, ...]
 _NODE, _VERSION, _OPTION = -3, -2, -1
 # A class heap's entry (``scheduler.keyclasses``): (cost, stamp, class, option), valid
-# while the stamp is the class's.
+# while the stamp is live.
 ClassEntry = tuple[Cost, int, KeyClass, Option]
 
 _MEMO_LIMIT = 300_000
@@ -320,7 +320,8 @@ class ClusterState:
             heapq.heapify(entries)
             sh = self.class_heaps[shape] = _ClassHeap(entries, len(kc.changes))
         elif sh.seen < len(kc.changes):
-            pending = [c for c in kc.changes[sh.seen:] if c in kc.members]
+            live = kc.live
+            pending = [live[c] for c in kc.changes[sh.seen:] if c in live]
             for entry in self._class_entries(pending, shape, tenant_view):
                 heapq.heappush(sh.heap, entry)
             sh.seen = len(kc.changes)
@@ -389,16 +390,16 @@ class ClusterState:
         the heap's root gives the cost, a walk finds every class of that cost."""
         heap = self._class_heap(shape, tenant_view)
         kc, pop = self.kclasses, heapq.heappop
-        stamps = kc.stamp
+        live = kc.live
         skipped: list[ClassEntry] = []
         found: Choice | None = None
         while heap:
             top = heap[0]
-            if stamps.get(top[2]) != top[1]:
+            if top[1] not in live:
                 pop(heap)
                 continue
             cost, low, pick = top[0], -1, top
-            for entry in _level(heap, cost, stamps):
+            for entry in _level(heap, cost, live):
                 i: int | None = kc.lowest(entry[2])
                 if i in blocked:
                     i = kc.lowest_outside(entry[2], blocked)
@@ -409,7 +410,7 @@ class ClusterState:
                 break
             while heap and heap[0][0] == cost:  # every node of this cost is blocked
                 entry = pop(heap)
-                if stamps.get(entry[2]) == entry[1]:
+                if entry[1] in live:
                     skipped.append(entry)
         for entry in skipped:
             heapq.heappush(heap, entry)
@@ -743,7 +744,7 @@ class ClusterState:
                    for i in range(len(self.nodes)) if self.ready[i])
 
 
-def _level(heap: list[ClassEntry], cost: Cost, stamps: dict[KeyClass, int],
+def _level(heap: list[ClassEntry], cost: Cost, live: dict[int, KeyClass],
            ) -> list[ClassEntry]:
     """The valid entries of ``heap`` whose cost is ``cost``, the cost at its root: a walk
     from the root down through the entries of that cost (a child never costs less than
@@ -755,7 +756,7 @@ def _level(heap: list[ClassEntry], cost: Cost, stamps: dict[KeyClass, int],
         entry = heap[j]
         if entry[0] != cost:
             continue
-        if stamps.get(entry[2]) == entry[1]:
+        if entry[1] in live:
             out.append(entry)
         todo.extend(k for k in (2 * j + 1, 2 * j + 2) if k < size)
     return out

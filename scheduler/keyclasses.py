@@ -12,9 +12,10 @@ from the key (``ClusterState.mixed``) are kept apart, so a tenant's fractional s
 take every other class as it is and look at those nodes one by one.
 
 Each class keeps its members and a lazy min-heap of their indices (the heap's root is
-always a member; other entries may be stale). A class gets a new *stamp* each time it
-is created (it is dropped when the class empties), and the created class is appended to
-the change log, from which shape heaps catch up.
+always a member; other entries may be stale). A class gets a new *stamp*, an int never
+used before, each time it is created; ``live`` maps the stamps of the classes that have
+members to them, and the change log lists the stamps created, from which shape heaps
+catch up (ints: a class key is a nested tuple, slow to hash again and again).
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ class KeyClasses:
         self.members: dict[KeyClass, dict[int, None]] = {}
         self._low: dict[KeyClass, list[int]] = {}
         self.stamp: dict[KeyClass, int] = {}
+        self.live: dict[int, KeyClass] = {}
         self.of: list[KeyClass | None] = [None] * size
-        self.changes: list[KeyClass] = []
+        self.changes: list[int] = []
         self._next = 0
 
     @classmethod
@@ -59,14 +61,15 @@ class KeyClasses:
         new = object.__new__(KeyClasses)
         new.members = {kc: dict(nodes) for kc, nodes in self.members.items()}
         new._low = {kc: list(low) for kc, low in self._low.items()}
-        new.stamp, new.of = dict(self.stamp), list(self.of)
+        new.stamp, new.live, new.of = dict(self.stamp), dict(self.live), list(self.of)
         new.changes, new._next = [], self._next
         return new
 
     def _stamp(self, kc: KeyClass) -> None:
         self._next += 1
         self.stamp[kc] = self._next
-        self.changes.append(kc)
+        self.live[self._next] = kc
+        self.changes.append(self._next)
 
     def lowest(self, kc: KeyClass) -> int:
         """The lowest node index of a (non-empty) class."""
@@ -97,8 +100,7 @@ class KeyClasses:
         nodes = self.members[kc]
         del nodes[i]
         if not nodes:
-            del self.members[kc], self._low[kc], self.stamp[kc]
-            self.changes.append(kc)
+            del self.members[kc], self._low[kc], self.live[self.stamp.pop(kc)]
             return
         low = self._low[kc]
         while low[0] not in nodes:
