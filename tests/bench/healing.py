@@ -47,6 +47,7 @@ from tests.bench.real_agents import (
     _tokens,
     _wait_enrolled,
     ibsim_available,
+    run_on_stack,
     start_fabric_agent,
 )
 from tests.portal.leasing.stack import PYTHON, Stack, StackConfig, check_invariants
@@ -148,16 +149,25 @@ def _fabric_fenced(stack: Stack, guids: list[str], after_gen: int) -> bool:
     return generation > after_gen and not any(g in text for g in guids) and applied >= generation
 
 
-def _gpu_fenced(stack: Stack, host: NodeHost, gpu: int, lease_id: str) -> bool:
+def applied_node_document(stack: Stack, host: NodeHost) -> dict[str, Any] | None:
+    """The node's desired-state document where its agent has applied that generation (or a
+    later one); None while it has not, or before the node has any."""
     rows = stack.query("""SELECT d.generation, d.document, o.generation_applied
                           FROM fleet_nodedesiredstate d JOIN fleet_nodeobservedstate o
                           ON o.node_id = d.node_id WHERE d.node_id = %s""", [host.pk])
     if not rows:
-        return False
+        return None
     generation, doc, applied = rows[0]
+    return doc if applied >= generation else None
+
+
+def _gpu_fenced(stack: Stack, host: NodeHost, gpu: int, lease_id: str) -> bool:
+    doc = applied_node_document(stack, host)
+    if doc is None:
+        return False
     tag = f"ls_{uuid.UUID(lease_id).hex[:16]}"
     grants = [g for g in doc.get("access_grants", []) if g.get("lease_id") == tag]
-    return bool(grants) and gpu not in grants[0]["gpu_indices"] and applied >= generation
+    return bool(grants) and gpu not in grants[0]["gpu_indices"]
 
 
 def _fabric_generation(stack: Stack) -> int:
@@ -259,7 +269,12 @@ def run(stack: Stack, o: argparse.Namespace) -> int:
     sm.stop.set()
     # the threshold in force: the setting, and at least 3 missed reports (fleet.intervals)
     threshold = max(o.unreachable_after, 3 * 10.0)
-    ok = _report(outcomes, threshold)
+    return exit_status(stack, _report(outcomes, threshold))
+
+
+def exit_status(stack: Stack, ok: bool) -> int:
+    """Prints whether the stack's invariants hold; 0 where they do and the bench's own
+    target was ``ok``, else 1."""
     problems = check_invariants(stack)
     print(f"invariants: {problems or 'hold'}")
     return 0 if ok and not problems else 1
@@ -281,15 +296,7 @@ def main(argv: list[str] | None = None) -> int:
                          env={"GPUPOOL_SIMULATED_AGENTS": "0",
                               "GPUPOOL_AGENT_UNREACHABLE_AFTER_S": f"{o.unreachable_after:g}"})
     began = time.perf_counter()
-    with Stack(config) as stack:
-        print(f"stack up in {time.perf_counter() - began:.1f} s ({stack.base_url})", flush=True)
-        try:
-            return run(stack, o)
-        except RuntimeError as exc:
-            print(f"bench failed: {exc}\n{stack.logs(20)}")
-            return 1
-        finally:
-            print(f"total {time.perf_counter() - began:.0f} s")
+    return run_on_stack(Stack(config), began, run, o)
 
 
 if __name__ == "__main__":

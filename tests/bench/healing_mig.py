@@ -35,15 +35,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.bench.healing import _inject, _start, _wait
+from tests.bench.healing import _inject, _start, _wait, applied_node_document, exit_status
 from tests.bench.real_agents import (
     TERMINAL_STATES,
     NodeHost,
     SubnetManager,
     _hosts,
     _wait_enrolled,
+    run_on_stack,
 )
-from tests.portal.leasing.stack import Stack, StackConfig, check_invariants
+from tests.portal.leasing.stack import Stack, StackConfig
 
 FAULTS = ("xid48", "xid79")
 NODE_FAULTS = ("xid79",)  # the policy's action for XID 79 takes the node out
@@ -98,16 +99,13 @@ def _active_with_uuids(stack: Stack, ids: list[str]) -> bool:
 
 def _fenced(stack: Stack, host: NodeHost, gpu: int, lease_ids: list[str]) -> bool:
     """The victim node's agent applied a grant with no instance of these leases on ``gpu``."""
-    rows = stack.query("""SELECT d.generation, d.document, o.generation_applied
-                          FROM fleet_nodedesiredstate d JOIN fleet_nodeobservedstate o
-                          ON o.node_id = d.node_id WHERE d.node_id = %s""", [host.pk])
-    if not rows:
+    doc = applied_node_document(stack, host)
+    if doc is None:
         return False
-    generation, doc, applied = rows[0]
     tags = {f"ls_{uuid.UUID(i).hex[:16]}" for i in lease_ids}
     on_gpu = [d for g in doc.get("access_grants", []) if g.get("lease_id") in tags
               for d in g.get("mig_devices", []) if d["gpu_index"] == gpu]
-    return not on_gpu and applied >= generation
+    return not on_gpu
 
 
 def _replaced(stack: Stack, lease_ids: list[str]) -> list[float]:
@@ -220,10 +218,7 @@ def run(stack: Stack, o: argparse.Namespace) -> int:
     outcomes = [_scenario(stack, fault, by_name, procs, o.timeout) for fault in o.faults]
     time.sleep(2)  # the last teardown reports
     sm.stop.set()
-    ok = _report(outcomes)
-    problems = check_invariants(stack)
-    print(f"invariants: {problems or 'hold'}")
-    return 0 if ok and not problems else 1
+    return exit_status(stack, _report(outcomes))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,15 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                          big_tenants=len(TENANTS), workers=2, web_workers=1,
                          reconcile_every_s=5.0, env={"GPUPOOL_SIMULATED_AGENTS": "0"})
     began = time.perf_counter()
-    with Stack(config) as stack:
-        print(f"stack up in {time.perf_counter() - began:.1f} s ({stack.base_url})", flush=True)
-        try:
-            return run(stack, o)
-        except RuntimeError as exc:
-            print(f"bench failed: {exc}\n{stack.logs(20)}")
-            return 1
-        finally:
-            print(f"total {time.perf_counter() - began:.0f} s")
+    return run_on_stack(Stack(config), began, run, o)
 
 
 if __name__ == "__main__":

@@ -53,6 +53,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -688,6 +689,23 @@ def _idle_commits(stack: Stack, seconds: float) -> float:
     return float(after - before - 2) / seconds  # our own two statements
 
 
+def run_on_stack(stack: Stack, began: float, body: Callable[[Stack, argparse.Namespace], int],
+                 o: argparse.Namespace,
+                 failures: tuple[type[Exception], ...] = (RuntimeError,)) -> int:
+    """Start ``stack``, run a benchmark's ``body`` on it and stop it; prints when it was up
+    and the total since ``began``. One of ``failures`` is a failed bench (1, with the
+    stack's last log lines), not a crash."""
+    with stack:
+        print(f"stack up in {time.perf_counter() - began:.1f} s ({stack.base_url})", flush=True)
+        try:
+            return body(stack, o)
+        except failures as exc:
+            print(f"bench failed: {exc}\n{stack.logs(20)}")
+            return 1
+        finally:
+            print(f"total {time.perf_counter() - began:.0f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="order → active with real agent processes")
     p.add_argument("--nodes", type=int, default=8)
@@ -722,15 +740,7 @@ def main(argv: list[str] | None = None) -> int:
     if o.db_name:
         stack.db_name = o.db_name
         stack.db_url = f"{server_url()}/{o.db_name}"
-    with stack:
-        print(f"stack up in {time.perf_counter() - began:.1f} s ({stack.base_url})", flush=True)
-        try:
-            return _run(stack, o)
-        except (RuntimeError, httpx.HTTPError) as exc:
-            print(f"bench failed: {exc}\n{stack.logs(20)}")
-            return 1
-        finally:
-            print(f"total {time.perf_counter() - began:.0f} s")
+    return run_on_stack(stack, began, _run, o, failures=(RuntimeError, httpx.HTTPError))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,16 @@ from portal.leasing import miglayout, migmode
 from portal.tenants.authentication import IsPlatformStaff
 
 
+def _node_and_body(request: Request, hostname: str,
+                   serializer: type[StrictSerializer]) -> tuple[Node, dict[str, Any]]:
+    """The node named in the URL (404 where there is none) and the request's body, checked
+    by ``serializer`` (400 naming the field where it is bad)."""
+    node = get_object_or_404(Node, hostname=hostname)
+    body = serializer(data=request.data)
+    body.is_valid(raise_exception=True)
+    return node, body.validated_data
+
+
 class MigLayoutImportSerializer(StrictSerializer):
     config = serializers.CharField(max_length=miglayout.MAX_FILE_CHARS, trim_whitespace=False,
                                    help_text="the mig-parted config file (YAML, version v1)")
@@ -34,10 +44,7 @@ class NodeMigLayoutView(APIView):
 
     @extend_schema(request=MigLayoutImportSerializer, responses={200: dict})
     def post(self, request: Request, **kwargs: Any) -> Response:
-        node = get_object_or_404(Node, hostname=kwargs["hostname"])
-        body = MigLayoutImportSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
+        node, data = _node_and_body(request, kwargs["hostname"], MigLayoutImportSerializer)
         return Response(miglayout.apply_config(actor=request.user, node=node,
                                                text=data["config"], name=data["name"],
                                                gpu_index=data.get("gpu")))
@@ -62,9 +69,6 @@ class NodeMigModeView(APIView):
 
     @extend_schema(request=MigModeSerializer, responses={200: dict})
     def put(self, request: Request, **kwargs: Any) -> Response:
-        node = get_object_or_404(Node, hostname=kwargs["hostname"])
-        body = MigModeSerializer(data=request.data)
-        body.is_valid(raise_exception=True)
-        data = body.validated_data
+        node, data = _node_and_body(request, kwargs["hostname"], MigModeSerializer)
         return Response(migmode.change_mode(actor=request.user, node=node, mode=data["mode"],
                                             reason=data["reason"], gpu_index=data.get("gpu")))

@@ -14,14 +14,14 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from portal.fleet.models import NodeDesiredState
-from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Gpu, MigMode, Node
 from portal.leasing import services
 from portal.leasing.models import Allocation, Lease, MigInstance
 from portal.leasing.models import LeaseState as S
 from portal.tenants.models import Role
-from tests.portal.factories import add_member, client_for, make_tenant, make_user
+from tests.portal.factories import client_for
 from tests.portal.leasing.conftest import drive
+from tests.portal.leasing.mig_operator_pool import operator_pool
 
 HOST = "gpu-node-0001"
 
@@ -44,14 +44,7 @@ FILE = mig_file(**{
 @pytest.fixture
 def pool(db: Any, frozen_clock: Any) -> dict[str, Any]:
     """One H100 node × 2 GPUs, whole mode; a staff operator and nine tenants."""
-    cluster_generate(actor=None, spec=ClusterSpec(nodes=1, gpus_per_node=2, nodes_per_leaf=1,
-                                                  spines=1, model="H100"))
-    people: dict[str, Any] = {"staff": client_for(make_user("op", staff=True))}
-    for n in range(9):
-        tenant = make_tenant(f"t{n}")
-        people[str(n)] = add_member(tenant, f"u{n}", Role.MEMBER)
-        people[f"t{n}"] = tenant
-    return people
+    return operator_pool(tenants=9, role=Role.MEMBER)
 
 
 def apply(pool: dict[str, Any], name: str, text: str = FILE, **kw: Any) -> Any:

@@ -10,7 +10,7 @@ from typing import Any
 
 from portal.fleet.services import faults
 from portal.inventory.models import Gpu, MigMode, Node
-from portal.leasing.models import Condition, LeaseFault, MigInstance
+from portal.leasing.models import Condition, Lease, LeaseFault, MigInstance
 from portal.leasing.models import LeaseState as S
 from portal.leasing.selectors import mig_devices
 from tests.portal.driving import drive
@@ -26,6 +26,23 @@ def _two_tenants_on_gpu0(pool: dict[str, Any]) -> list[Any]:
         lease.refresh_from_db()
         assert lease.state == S.ACTIVE and mig_devices(lease)[0]["gpu_index"] == 0
     return leases
+
+
+def _gpu1_taken_whole(pool: dict[str, Any], **kw: Any) -> Lease:
+    """GPU 1 offered for MIG, then filled whole by tenant 3's 7g.80gb instance, active;
+    ``kw`` goes to its order (the priority)."""
+    Gpu.objects.filter(index=1).update(mig_mode=MigMode.DYNAMIC)
+    lease = orders.order(pool, 3, profile="7g.80gb", **kw)
+    drive()
+    lease.refresh_from_db()
+    assert lease.state == S.ACTIVE and mig_devices(lease)[0]["gpu_index"] == 1
+    return lease
+
+
+def _xid_on_gpu0(xid: int) -> None:
+    """GPU 0 reports XID ``xid``; the lifecycle runs."""
+    faults.gpu_failed(gpu=Gpu.objects.get(index=0), cause=f"xid {xid}", rule=f"xid.{xid}")
+    drive()
 
 
 def test_a_fault_on_a_mig_gpu_replaces_each_tenants_instance(mig_pool: dict[str, Any]) -> None:
@@ -49,13 +66,8 @@ def test_a_fault_on_a_mig_gpu_replaces_each_tenants_instance(mig_pool: dict[str,
 def test_no_free_instance_degrades_and_a_healthy_gpus_tenants_are_untouched(
         mig_pool: dict[str, Any]) -> None:
     leases = _two_tenants_on_gpu0(mig_pool)
-    Gpu.objects.filter(index=1).update(mig_mode=MigMode.DYNAMIC)
-    far = orders.order(mig_pool, 3, profile="7g.80gb")  # fills GPU 1 whole
-    drive()
-    far.refresh_from_db()
-    assert far.state == S.ACTIVE and mig_devices(far)[0]["gpu_index"] == 1
-    faults.gpu_failed(gpu=Gpu.objects.get(index=0), cause="xid 79", rule="xid.79")
-    drive()
+    far = _gpu1_taken_whole(mig_pool)
+    _xid_on_gpu0(79)
     for lease in leases:
         lease.refresh_from_db()
         assert lease.condition == Condition.DEGRADED
@@ -95,13 +107,8 @@ def test_mig_healing_preempts_spot_instances_when_no_instance_is_free(
     """A paying lease's repair displaces spot work, as whole-GPU repairs do (ADR 0241);
     before, the lease went degraded while a spot instance held the room."""
     leases = _two_tenants_on_gpu0(mig_pool)
-    Gpu.objects.filter(index=1).update(mig_mode=MigMode.DYNAMIC)
-    spot = orders.order(mig_pool, 3, profile="7g.80gb", priority="spot")  # all of GPU 1
-    drive()
-    spot.refresh_from_db()
-    assert spot.state == S.ACTIVE and mig_devices(spot)[0]["gpu_index"] == 1
-    faults.gpu_failed(gpu=Gpu.objects.get(index=0), cause="xid 48", rule="xid.48")
-    drive()
+    spot = _gpu1_taken_whole(mig_pool, priority="spot")
+    _xid_on_gpu0(48)
     spot.refresh_from_db()
     assert spot.state == S.PREEMPTED or spot.release_kind == S.PREEMPTED
     for lease in leases:
@@ -115,13 +122,8 @@ def test_mig_healing_preempts_spot_instances_when_no_instance_is_free(
 def test_a_spot_mig_lease_in_repair_preempts_nothing(mig_pool: dict[str, Any]) -> None:
     spot_a, spot_b = (orders.order(mig_pool, n, priority="spot") for n in range(2))
     drive()
-    Gpu.objects.filter(index=1).update(mig_mode=MigMode.DYNAMIC)
-    other = orders.order(mig_pool, 3, profile="7g.80gb", priority="spot")
-    drive()
-    other.refresh_from_db()
-    assert other.state == S.ACTIVE and mig_devices(other)[0]["gpu_index"] == 1
-    faults.gpu_failed(gpu=Gpu.objects.get(index=0), cause="xid 48", rule="xid.48")
-    drive()
+    other = _gpu1_taken_whole(mig_pool, priority="spot")
+    _xid_on_gpu0(48)
     other.refresh_from_db()
     assert other.state == S.ACTIVE and not other.release_kind
     for lease in (spot_a, spot_b):

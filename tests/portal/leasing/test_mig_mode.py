@@ -17,15 +17,15 @@ from django.urls import reverse
 
 from portal.core.models import AuditLog
 from portal.fleet.models import NodeDesiredState, NodeObservedState
-from portal.inventory.generator import ClusterSpec, cluster_generate
 from portal.inventory.models import Gpu, MigMode, Node
 from portal.leasing import desired, services
 from portal.leasing.models import Allocation, Lease, MigInstance
 from portal.leasing.models import LeaseState as S
 from portal.tenants.models import Role
 from portal.tenants.services import api_key_create
-from tests.portal.factories import add_member, client_for, make_tenant, make_user
+from tests.portal.factories import client_for, make_user
 from tests.portal.leasing.conftest import drive
+from tests.portal.leasing.mig_operator_pool import operator_pool
 
 HOST = "gpu-node-0001"
 ONE_G = yaml.safe_dump({"version": "v1", "mig-configs": {
@@ -35,14 +35,7 @@ ONE_G = yaml.safe_dump({"version": "v1", "mig-configs": {
 @pytest.fixture
 def pool(db: Any, frozen_clock: Any) -> dict[str, Any]:
     """One H100 node × 2 GPUs, whole mode; a staff operator and three tenants."""
-    cluster_generate(actor=None, spec=ClusterSpec(nodes=1, gpus_per_node=2, nodes_per_leaf=1,
-                                                  spines=1, model="H100"))
-    people: dict[str, Any] = {"staff": client_for(make_user("op", staff=True))}
-    for n in range(3):
-        tenant = make_tenant(f"t{n}")
-        people[str(n)] = add_member(tenant, f"u{n}", Role.ADMIN)
-        people[f"t{n}"] = tenant
-    return people
+    return operator_pool(tenants=3, role=Role.ADMIN)
 
 
 def put(pool: dict[str, Any], client: Any = None, **body: Any) -> Any:

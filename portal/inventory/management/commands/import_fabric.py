@@ -7,6 +7,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from portal.core.management.inputs import read_input
 from portal.inventory.ibnetdiscover import TopologyParseError
 from portal.inventory.services import fabric_import
 
@@ -24,10 +25,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         path = opts["file"]
-        try:
-            text = self.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CommandError(f"cannot read {path}: {exc}") from exc
+        text = read_input(self, path)
         mapping: dict[str, str] = {}
         if opts["map_file"]:
             with Path(opts["map_file"]).open(encoding="utf-8") as fh:

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal.core.errors import ApplicationError
+from portal.core.management.inputs import read_input
 from portal.inventory.models import Node
 from portal.leasing import miglayout
 
@@ -23,10 +23,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         path = opts["file"]
-        try:
-            text = self.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise CommandError(f"cannot read {path}: {exc}") from exc
+        text = read_input(self, path)
         node = Node.objects.filter(hostname__iexact=opts["node"]).first()
         if node is None:
             raise CommandError(f"no node {opts['node']!r}")

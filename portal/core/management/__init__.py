@@ -1,0 +1,1 @@
+"""What the apps' management commands share (no commands of its own)."""
