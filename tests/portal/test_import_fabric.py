@@ -115,3 +115,12 @@ def test_truncated_real_file_is_rejected_atomically(hosts: None, tmp_path: Path)
     with pytest.raises(CommandError, match="line"):
         _run(str(bad))
     assert Switch.objects.count() == 0 and HcaPort.objects.count() == 0
+
+
+def test_import_fabric_dash_reads_stdin_regression(hosts: None) -> None:
+    """``import_fabric -`` read ``self.stdin``, which a Django command does not have
+    (AttributeError): it reads the stdin ``call_command`` passes, else the process's."""
+    out = StringIO()
+    call_command("import_fabric", "-", "--fabric", "ib0", stdin=StringIO(FIXTURE.read_text()),
+                 stdout=out)
+    assert Fabric.objects.filter(name="ib0").exists() and Switch.objects.exists()

@@ -189,3 +189,11 @@ def test_a_per_gpu_override_and_the_command(pool: dict[str, Any], tmp_path: Any)
         ["1g.10gb"] * 7, ["2g.20gb"] * 3]
     with pytest.raises(CommandError, match="nothing was changed"):
         call_command("import_mig_config", str(path), "--node", HOST, "--config", "nope")
+
+
+def test_import_mig_config_dash_reads_stdin_regression(pool: dict[str, Any]) -> None:
+    """``import_mig_config -`` read ``self.stdin``, which a Django command does not have."""
+    call_command("import_mig_config", "-", "--node", HOST, "--config", "all-2g",
+                 stdin=StringIO(FILE), stdout=StringIO())
+    node = Node.objects.get()
+    assert node.mig_mode == MigMode.FIXED and node.mig_layout["config"] == "all-2g"

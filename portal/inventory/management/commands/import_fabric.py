@@ -7,13 +7,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from portal.core.management.inputs import read_input
+from portal.core.management.inputs import STDIN_OPTION, read_input
 from portal.inventory.ibnetdiscover import TopologyParseError
 from portal.inventory.services import fabric_import
 
 
 class Command(BaseCommand):
     help = "Import an InfiniBand fabric from ibnetdiscover output (idempotent)."
+    stealth_options = STDIN_OPTION  # call_command(..., stdin=...) for '-'
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="ibnetdiscover output ('-' for stdin)")
@@ -25,7 +26,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         path = opts["file"]
-        text = read_input(self, path)
+        text = read_input(path, opts)
         mapping: dict[str, str] = {}
         if opts["map_file"]:
             with Path(opts["map_file"]).open(encoding="utf-8") as fh:

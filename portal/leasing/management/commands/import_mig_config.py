@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from portal.core.errors import ApplicationError
-from portal.core.management.inputs import read_input
+from portal.core.management.inputs import STDIN_OPTION, read_input
 from portal.inventory.models import Node
 from portal.leasing import miglayout
 
@@ -14,6 +14,7 @@ from portal.leasing import miglayout
 class Command(BaseCommand):
     help = ("Apply a named config of an NVIDIA mig-parted file to a node (fixed MIG layout, "
             "ADR 0238); all or nothing.")
+    stealth_options = STDIN_OPTION  # call_command(..., stdin=...) for '-'
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="mig-parted config file ('-' for stdin)")
@@ -23,7 +24,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         path = opts["file"]
-        text = read_input(self, path)
+        text = read_input(path, opts)
         node = Node.objects.filter(hostname__iexact=opts["node"]).first()
         if node is None:
             raise CommandError(f"no node {opts['node']!r}")
