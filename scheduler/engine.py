@@ -199,7 +199,7 @@ class _Pass:
     def _earliest(self, req: Request, shape: Shape) -> int | None:
         return earliest_start(self.snapshot.nodes, self.snapshot.topology, self.policy,
                               self.ctx, list(self.committed.values()), req, req.start,
-                              shape.models)
+                              shape.models, (self.base, self.active.keys()))
 
     def reserve_for(self, ordered: Sequence[Request]) -> None:
         """Gang reserve (policies with ``reserve``, fabric only): every queued

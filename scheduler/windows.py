@@ -8,7 +8,7 @@ nothing placed can ever delay or overlap a reservation.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from scheduler.attempt import find, shape_of
 from scheduler.cluster import ClusterState
@@ -30,29 +30,62 @@ def earliest_start(
     nodes: Sequence[Node], topology: Topology, policy: Policy, ctx: ScoreContext,
     leases: Sequence[Lease], request: Request, not_before: int,
     models: frozenset[str] | None = None,
+    start: tuple[ClusterState, Collection[str]] | None = None,
 ) -> int | None:
     """First time ``t >= not_before`` at which ``[t, t + duration)`` fits, if any.
 
     Candidates are ``not_before`` and every lease end after it (capacity only grows when
     a lease ends). The window state is moved incrementally from one candidate to the next.
+    ``start``: a state holding exactly the ``leases`` with these ids (the pass's working
+    state), forked instead of building one from nothing and taking every lease again
+    (issue 30: ≈ 90 ms an unplaceable order at 5,000 nodes). Only whether the request
+    fits is asked of it, which the leaf flags a working state may have gathered
+    (drains) do not change.
     """
     duration = request.duration
     ends = sorted({lease.end for lease in leases
                    if lease.end is not None and lease.end > not_before})
     candidates = [not_before, *ends][:MAX_CANDIDATES]
     shape = shape_of(request, models)
-    state = ClusterState(nodes, policy, ctx)
-    applied: set[int] = set()
-    for t in candidates:
-        window_end = None if duration is None else t + duration
-        want = {i for i, lease in enumerate(leases) if lease.overlaps(t, window_end)}
+    if start is None:
+        state, applied = ClusterState(nodes, policy, ctx), set()
+    else:
+        held = start[1]
+        state = start[0].fork(ctx)
+        applied = {i for i, lease in enumerate(leases) if lease.id in held}
+    for t, want in _windows(leases, candidates, duration):
         with state.batch():
             state.consume_all((leases[i] for i in sorted(applied - want)), -1)
             state.consume_all(leases[i] for i in sorted(want - applied))
-        applied = want
+        applied = set(want)
         if find(state, request, shape, topology) is not None:
             return t
     return None
+
+
+def _windows(leases: Sequence[Lease], candidates: Sequence[int], duration: int | None,
+             ) -> Iterator[tuple[int, set[int]]]:
+    """Each candidate ``t`` (ascending) with the indices of the leases overlapping
+    ``[t, t + duration)``, kept from one candidate to the next: a lease joins once its
+    start is inside the window and leaves once it has ended (each once), where testing
+    every lease at every candidate cost O(leases × candidates)."""
+    by_start = sorted(range(len(leases)), key=lambda i: leases[i].start)
+    by_end = sorted((i for i, lease in enumerate(leases) if lease.end is not None),
+                    key=lambda i: leases[i].end or 0)
+    want: set[int] = set()
+    joined = ended = 0
+    for t in candidates:
+        window_end = None if duration is None else t + duration
+        while ended < len(by_end) and (leases[by_end[ended]].end or 0) <= t:
+            want.discard(by_end[ended])
+            ended += 1
+        while joined < len(by_start) and (window_end is None
+                                           or leases[by_start[joined]].start < window_end):
+            i = by_start[joined]
+            if leases[i].overlaps(t, window_end):  # not ended already
+                want.add(i)
+            joined += 1
+        yield t, want
 
 
 def check_extension(snapshot: Snapshot, lease_id: str, new_end: int | None) -> ExtensionResult:
