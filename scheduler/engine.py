@@ -62,7 +62,9 @@ class _Pass:
         self.active = {le.id: le for le in snapshot.leases if le.overlaps(now, now + 1)}
         # Active leases that some request may reclaim (spot or borrowed).
         self.preemptible = {k: le for k, le in self.active.items() if le.preemptible}
-        self.pre_on: dict[int, dict[str, Lease]] = {}  # node index -> preemptible leases
+        # node index -> preemptible leases, built when a request first needs victims
+        # (``pre_on``; ≈ 2 ms of a one-order pass at 10,000 nodes that needs none).
+        self._pre_on: dict[int, dict[str, Lease]] | None = None
         # The preemptible leases each kind of request may reclaim, in the order of
         # ``preemptible`` (kept with it by ``_index_preemptible`` once a kind is asked).
         self._cands: dict[Reclaimer, dict[str, Lease]] = {}
@@ -75,8 +77,6 @@ class _Pass:
             self.base, used = warm.state_and_used(snapshot.nodes, self.policy, self.ctx,
                                                   self.active.values())
             self.ledger = QuotaLedger.of(used)
-        for lease in self.preemptible.values():
-            self._index_preemptible(lease, True)
         self.models = models
         self._initial: ClusterState | None = None
         self._empty: ClusterState | None = None
@@ -156,14 +156,29 @@ class _Pass:
                 kept[lease.id] = lease
             else:
                 kept.pop(lease.id, None)
+        if self._pre_on is not None:
+            self._on_nodes(self._pre_on, lease, add)
+
+    @property
+    def pre_on(self) -> dict[int, dict[str, Lease]]:
+        """The preemptible leases per node index, in the order of ``preemptible`` (as
+        if kept from the start of the pass)."""
+        if self._pre_on is None:
+            self._pre_on = {}
+            for lease in self.preemptible.values():
+                self._on_nodes(self._pre_on, lease, True)
+        return self._pre_on
+
+    def _on_nodes(self, pre_on: dict[int, dict[str, Lease]], lease: Lease,
+                  add: bool) -> None:
         for part in lease.parts:
             i = self.base.index.get(part.node)
             if i is None:
                 continue
             if add:
-                self.pre_on.setdefault(i, {})[lease.id] = lease
+                pre_on.setdefault(i, {})[lease.id] = lease
             else:
-                self.pre_on.get(i, {}).pop(lease.id, None)
+                pre_on.get(i, {}).pop(lease.id, None)
 
     def _commit(self, state: ClusterState, req: Request, shape: Shape, adm: Admission,
                 found: Found, victims: tuple[Lease, ...] = ()) -> Placement:
