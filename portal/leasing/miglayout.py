@@ -17,6 +17,7 @@ from portal.core.errors import ApplicationError, Conflict
 from portal.core.services import audit_record
 from portal.inventory.models import Gpu, MigMode, Node
 from portal.leasing import allocation, desired
+from portal.leasing.lifecycle.placing import single_flight
 from portal.leasing.models import Allocation, MigInstance
 
 MAX_FILE_CHARS = 256_000
@@ -64,6 +65,7 @@ def apply_config(*, actor: Any, node: Node, text: str, name: str,
     GPU ``gpu_index``); returns the applied layout per GPU index."""
     document = load(text)
     with transaction.atomic():
+        single_flight()  # no scheduling pass places on these GPUs while we check
         node = Node.objects.select_for_update().get(pk=node.pk)
         gpus = {g.index: g for g in node.gpus.order_by("index")}
         layouts = _layouts(document, name, {i: g.model for i, g in gpus.items()})

@@ -8,14 +8,17 @@ from decimal import Decimal
 from io import StringIO
 from typing import Any
 
+import psycopg
 import pytest
 import yaml
 from django.core.management import CommandError, call_command
+from django.db import DatabaseError, connection, transaction
 from django.urls import reverse
 
 from portal.fleet.models import NodeDesiredState
 from portal.inventory.models import Gpu, MigMode, Node
 from portal.leasing import services
+from portal.leasing.lifecycle.placing import SCHEDULE_LOCK
 from portal.leasing.models import Allocation, Lease, MigInstance
 from portal.leasing.models import LeaseState as S
 from portal.tenants.models import Role
@@ -197,3 +200,25 @@ def test_import_mig_config_dash_reads_stdin_regression(pool: dict[str, Any]) -> 
                  stdin=StringIO(FILE), stdout=StringIO())
     node = Node.objects.get()
     assert node.mig_mode == MigMode.FIXED and node.mig_layout["config"] == "all-2g"
+
+
+def test_the_import_waits_for_a_running_scheduling_pass_regression(pool: dict[str, Any]) -> None:
+    """The import checked that no GPU was leased whole without the pass lock the mode
+    switch takes: a pass could place a whole lease between the check and the commit.
+    With another worker's pass holding the lock, the import waits (here: times out) and
+    changes nothing."""
+    before = layout_state()
+    d = connection.settings_dict
+    other = psycopg.connect(dbname=d["NAME"], user=d["USER"], host=d["HOST"] or None,
+                            port=d["PORT"] or None, password=d["PASSWORD"] or None,
+                            autocommit=True)
+    try:
+        other.execute("SELECT pg_advisory_lock(%s)", [SCHEDULE_LOCK])  # a pass runs
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL lock_timeout = '300ms'")
+        with pytest.raises(DatabaseError, match="lock timeout"), transaction.atomic():
+            apply(pool, "all-2g")
+    finally:
+        other.close()
+    assert layout_state() == before
+    assert apply(pool, "all-2g").status_code == 200  # the pass is over: it applies
