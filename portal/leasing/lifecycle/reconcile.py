@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 
@@ -78,23 +79,29 @@ RECONCILE_LOCK = 0x72636E6C  # "rcnl": session-scoped advisory lock id
 
 @contextlib.contextmanager
 def _single_flight() -> Iterator[bool]:
-    """One reconciler at a time: a session-scoped PostgreSQL advisory lock, only tried.
-    Unlike a marker in Redis (which a worker killed mid-beat left held until it expired,
-    stopping every reconciler: the crash tests caught it), the server drops the lock the
-    moment the holder's connection closes, so a killed worker frees it at once.
+    """One reconciler at a time: a transaction-scoped PostgreSQL advisory lock, only
+    tried, on a connection of the reconciler's own, held in an open transaction for the
+    beat and closed after it. Closing ends the transaction, and with it the lock, whatever
+    becomes of Django's connection meanwhile: a session lock on Django's connection stayed
+    held for good where that connection outlives the beat (returned to the psycopg pool
+    after a failed unlock) or where PgBouncer's transaction pooling runs the unlock on
+    another server connection — then every reconciler skipped. A killed worker's
+    connection closes with it, so its lock is freed at once (unlike a marker in Redis,
+    which the crash tests caught held until it expired).
     (SQLite, the demo's database, runs one worker: always True.)"""
     if connection.vendor != "postgresql":
         yield True
         return
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [RECONCILE_LOCK])
-        mine = bool(cursor.fetchone()[0])
-    try:
-        yield mine
-    finally:
-        if mine:
-            with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [RECONCILE_LOCK])
+    with contextlib.closing(_lock_session()) as own:
+        row = own.execute("SELECT pg_try_advisory_xact_lock(%s)", [RECONCILE_LOCK]).fetchone()
+        yield bool(row and row[0])
+
+
+def _lock_session() -> psycopg.Connection[Any]:
+    """A new connection with Django's parameters (never one of its pool)."""
+    params = {k: v for k, v in connection.get_connection_params().items()
+              if k not in ("cursor_factory", "context")}
+    return psycopg.connect(**params)
 
 
 def reconcile_once() -> dict[str, int]:

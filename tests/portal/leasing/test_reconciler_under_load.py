@@ -175,3 +175,32 @@ def test_control_sweeps_have_a_queue_of_their_own_that_every_worker_consumes() -
     assert route({}, "portal.leasing.tasks.lease_step")["queue"].name == "celery"
     # a worker started without -Q (the shipped unit, the Containerfile) consumes both
     assert {"celery", "control"} <= {q.name for q in app.amqp.queues.values()}
+
+
+def test_the_reconciler_lock_does_not_ride_on_djangos_connection_regression(
+        pool: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lock was a session lock on Django's connection: where that connection outlives
+    the beat (the psycopg pool keeps it open; PgBouncer's transaction pooling runs the
+    unlock on another server connection) a failed or misrouted unlock left it held for
+    good, and every reconciler after skipped. Now it lives in a transaction of the
+    reconciler's own connection: never Django's backend, and gone after the beat while
+    Django's connection stays open."""
+    django_pid = connection.cursor().connection.info.backend_pid
+    seen: list[tuple[int, ...]] = []
+
+    def holders() -> list[int]:
+        probe = _other_worker()
+        try:
+            return [pid for pid, in probe.execute(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objid = %s "
+                "AND granted", [reconcile.RECONCILE_LOCK & 0xFFFFFFFF]).fetchall()]
+        finally:
+            probe.close()
+
+    real = reconcile._reconcile
+    monkeypatch.setattr(reconcile, "_reconcile",
+                        lambda: (seen.append(tuple(holders())), real())[1])
+    assert "skipped" not in reconcile.reconcile_once()
+    assert len(seen) == 1 and len(seen[0]) == 1 and seen[0][0] != django_pid
+    assert connection.cursor().connection.info.backend_pid == django_pid  # still open
+    assert holders() == []
