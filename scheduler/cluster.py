@@ -36,10 +36,9 @@ from scheduler.scores import ScoreContext
 from scheduler.tenancy import Held, foreign, hold
 
 Eval = tuple[Cost, Option] | None
-# A shape heap's entry, flat: the cost's tiers, then node index, node version, option
-# (``cost + (node, version, option)``). Flat tuples compare in one pass where a nested
-# cost compared twice (equality, then order): ≈ 20 % of the heap work of a pass at
-# 10,000 nodes (issue 30). ``_NODE``, ``_VERSION`` and ``_OPTION`` index it from the end.
+# A mixed node's heap entry, flat: the cost's tiers, then node index, node version,
+# option (``cost + (node, version, option)``); ``_NODE``, ``_VERSION`` and ``_OPTION``
+# index it from the end. (Flat against nested measured no difference in a whole pass.)
 Entry = tuple[Any, ...]
 _NODE, _VERSION, _OPTION = -3, -2, -1
 # A class heap's entry (``scheduler.keyclasses``): (cost, stamp, class, option), valid
