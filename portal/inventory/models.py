@@ -158,12 +158,21 @@ class Gpu(models.Model):
         default=dict, blank=True, db_default={},
         help_text="mode fixed: this GPU's layout {'mig-enabled', 'instances'}; empty: the "
                   "node's (ADR 0238)")
+    # What the node's agent last reported (``portal.leasing.migdevices.still_split``),
+    # kept per GPU so a scheduling pass reads it without the nodes' observed documents:
+    # a GPU still split on the hardware takes no whole-GPU lease (ADR 0244).
+    mig_reported_split = models.BooleanField(
+        default=False, db_default=False, editable=False,
+        help_text="the agent still reports MIG on here (enabled, pending reset, or instances)")
 
     class Meta:
         ordering = ["node", "index"]
         constraints = [
             models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index_per_node"),
         ]
+        # the pass reads the few GPUs still split (``allocation.reported_split_gpus``)
+        indexes = [models.Index(fields=["node"], condition=Q(mig_reported_split=True),
+                                name="gpu_mig_reported_split")]
         verbose_name = "GPU"
 
     def __str__(self) -> str:

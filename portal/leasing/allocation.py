@@ -302,7 +302,7 @@ def snapshot(*, exclude_leases: Iterable[str] = ()) -> core.Snapshot:
     usage of now, read in the caller's transaction."""
     now = clock.now()
     static = CACHE.get()
-    mig_gpus: set[tuple[str, int]] = fixed_mig_gpus()
+    mig_gpus: set[tuple[str, int]] = fixed_mig_gpus() | reported_split_gpus()
     leases = _leases(exclude_leases, static, mig_gpus)
     return core.Snapshot(nodes=_without_mig_gpus(_nodes(static), mig_gpus),
                          topology=static.topology, leases=leases, quotas=_quotas(),
@@ -311,8 +311,9 @@ def snapshot(*, exclude_leases: Iterable[str] = ()) -> core.Snapshot:
 
 def _without_mig_gpus(nodes: tuple[core.Node, ...],
                       hidden: set[tuple[str, int]]) -> tuple[core.Node, ...]:
-    """GPUs carrying live MIG instances (``hidden``) are not offered to the core: no
-    whole-GPU lease, gang or fraction goes there (the MIG leases are not shown to it)."""
+    """GPUs carrying live MIG instances, in a fixed layout with MIG on, or still split
+    on the hardware (``hidden``) are not offered to the core, as an unhealthy GPU is not:
+    no whole-GPU lease, gang or fraction goes there (the MIG leases are not shown to it)."""
     if not hidden:
         return nodes
     names = {h for h, _ in hidden}
@@ -491,6 +492,16 @@ def fixed_mig_gpus() -> set[tuple[str, int]]:
     """(hostname, index) of each GPU in a fixed layout with MIG on: never used whole, by a
     fraction or a gang (hidden from the core, ADR 0238)."""
     return {(h, i) for h, i, layout in _fixed_rows() if layout.enabled}
+
+
+def reported_split_gpus() -> set[tuple[str, int]]:
+    """(hostname, index) of each GPU whose agent still reports MIG on there (enabled,
+    pending a reset, or instances: ``Gpu.mig_reported_split``, kept by each report). A
+    GPU switched to whole stays split until its agent has turned MIG off: no whole-GPU
+    lease, gang or fraction goes there before (ADR 0244). One query on a partial index
+    (the few GPUs still split), no node's observed document read."""
+    return set(Gpu.objects.filter(mig_reported_split=True).values_list(
+        "node__hostname", "index"))
 
 
 def _mig_gpus(now: datetime) -> list[migplace.MigGpu]:

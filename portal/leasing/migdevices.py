@@ -3,13 +3,16 @@
 An agent reports per managed GPU the instances it holds (``observed["mig"]``: profile,
 start slot, GPU instance id, UUID). Each report that changes the node's observed state
 records the UUIDs on the matching live ``MigInstance`` rows (same GPU, start and
-profile); a MIG lease becomes ACTIVE only once every instance of it has one."""
+profile); a MIG lease becomes ACTIVE only once every instance of it has one. The same
+report keeps each GPU's ``mig_reported_split`` (MIG still on there) for the scheduling
+pass (ADR 0244)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from portal.fleet.models import NodeObservedState
+from portal.inventory.models import Gpu
 from portal.leasing.models import Lease, MigInstance
 
 
@@ -56,18 +59,37 @@ def pending_reset(node_ids: set[int]) -> set[tuple[int, int]]:
     return out
 
 
-def still_split(node_id: int) -> set[int]:
-    """Indices of the node's GPUs its agent still reports under MIG (mode enabled or
-    pending_reset, or holding instances). An agent reports only the GPUs it is told to
-    manage, so a GPU switched to whole stays here until the agent has turned MIG off."""
-    row = NodeObservedState.objects.filter(node_id=node_id).only("document").first()
-    reported = row.document.get("mig") if row else None
+def split_in(document: Any) -> set[int]:
+    """Indices of the GPUs an observed document reports under MIG (mode enabled or
+    pending_reset, or holding instances): the one definition of "still split"."""
+    reported = document.get("mig") if isinstance(document, dict) else None
     out: set[int] = set()
     for gpu in reported if isinstance(reported, list) else []:
         if isinstance(gpu, dict) and isinstance(gpu.get("gpu_index"), int) and (
                 gpu.get("mode") in ("enabled", "pending_reset") or gpu.get("instances")):
             out.add(gpu["gpu_index"])
     return out
+
+
+def still_split(node_id: int) -> set[int]:
+    """Indices of the node's GPUs its agent still reports under MIG (mode enabled or
+    pending_reset, or holding instances). An agent reports only the GPUs it is told to
+    manage, so a GPU switched to whole stays here until the agent has turned MIG off."""
+    row = NodeObservedState.objects.filter(node_id=node_id).only("document").first()
+    return split_in(row.document if row else None)
+
+
+def record_split(node_id: int) -> int:
+    """Keep ``Gpu.mig_reported_split`` equal to ``still_split`` for the node's GPUs (run
+    in the transaction that stored its observed state): the scheduling pass reads the
+    column, never the nodes' documents (ADR 0244). Writes only the rows that change;
+    how many did."""
+    split = still_split(node_id)
+    gpus = Gpu.objects.filter(node_id=node_id)
+    return (gpus.filter(index__in=split, mig_reported_split=False).update(
+        mig_reported_split=True)
+        + gpus.exclude(index__in=split).filter(mig_reported_split=True).update(
+        mig_reported_split=False))
 
 
 def ready(lease: Lease) -> bool:

@@ -55,7 +55,9 @@ def run_step(step: str, lease_id: object) -> str | None:
 
 def node_converged(node_id: int) -> None:
     """A node's observed state changed (``fleet.hooks``): move what waits for it, in the
-    report's transaction. Teardowns first, so a GPU handed over is pushed at once."""
+    report's transaction. Teardowns first, so a GPU handed over is pushed at once. The
+    GPUs' reported MIG state first of all: the pass reads it (``migdevices.record_split``)."""
+    migdevices.record_split(node_id)
     migdevices.record_uuids(node_id)
     on_node = Allocation.objects.filter(node_id=node_id).values("lease_id")
     for step, state in ((releasing.check_released, S.RELEASING),

@@ -7,6 +7,7 @@ read-only and points to the API."""
 
 from __future__ import annotations
 
+import importlib
 import re
 from decimal import Decimal
 from typing import Any
@@ -15,12 +16,18 @@ import pytest
 import yaml
 from django.urls import reverse
 
+from portal.core import clock
 from portal.core.models import AuditLog
+from portal.fleet import protocol
 from portal.fleet.models import NodeDesiredState, NodeObservedState
-from portal.inventory.models import Gpu, MigMode, Node
-from portal.leasing import desired, services
+from portal.fleet.services import agent_for_node
+from portal.fleet.services.ingest import report_ingest
+from portal.inventory.models import Gpu, HcaPort, MigMode, Node
+from portal.leasing import allocation, desired, services
+from portal.leasing.lifecycle import placing
 from portal.leasing.models import Allocation, Lease, MigInstance
 from portal.leasing.models import LeaseState as S
+from portal.leasing.simulation import report_for
 from portal.tenants.models import Role
 from portal.tenants.services import api_key_create
 from tests.portal.factories import client_for, make_user
@@ -255,3 +262,113 @@ def test_with_the_simulated_agent_a_gpu_back_to_whole_leaves_the_list(
     assert put(pool, mode="whole").status_code == 200
     drive()
     assert pushed_mig() == [] and desired.derive_node(Node.objects.get())["mig"] == []
+
+
+# A GPU switched to whole takes no whole-GPU lease while its agent still reports it split
+# (ADR 0244): the reported state is kept per GPU (``Gpu.mig_reported_split``) by the
+# report that carries it, and the pass reads that column.
+
+def agent_reports(mig: list[dict[str, Any]]) -> None:
+    """The node's agent reports ``mig`` (the real ingestion path, protocol v1)."""
+    node = Node.objects.get()
+    agent = agent_for_node(node=node)
+    body = report_for(node, list(Gpu.objects.filter(node=node).order_by("index")),
+                      list(HcaPort.objects.filter(node=node)), set(), agent.last_seq + 1,
+                      clock.now(), NodeDesiredState.objects.get(node=node).generation,
+                      agent.agent_id)
+    body["observed"]["mig"] = mig
+    assert protocol.validate_report(body) == []
+    report_ingest(agent=agent, body=body)
+
+
+def gpu_report(index: int, mode: str, instances: int = 0) -> dict[str, Any]:
+    return {"gpu_index": index, "mode": mode, "errors": [], "instances": [
+        {"profile": "1g.10gb", "start": s, "gpu_instance_id": s + 1,
+         "uuid": f"MIG-00000000-0000-0000-0000-00000000{index}{s:03d}"}
+        for s in range(instances)]}
+
+
+def reported_split() -> list[bool]:
+    return list(Gpu.objects.order_by("index").values_list("mig_reported_split", flat=True))
+
+
+def placed_on(lease: Lease) -> list[int]:
+    return sorted(Allocation.objects.filter(lease=lease, live=True).values_list(
+        "gpu__index", flat=True).distinct())
+
+
+def schedule_pass() -> None:
+    placing.run_schedule_pass()
+
+
+def test_a_gpu_switched_to_whole_waits_for_its_agent_before_a_whole_lease_regression(
+        pool: dict[str, Any]) -> None:
+    """Both GPUs in a fixed all-1g layout, idle instances on both; GPU 0 goes whole. Its
+    agent still reports MIG on there: a whole order (which only GPU 0 could take, GPU 1
+    staying fixed) waits, and a MIG order cannot use GPU 0 either; once the agent reports
+    MIG off there, the whole order is placed on it."""
+    assert pool["staff"].post(reverse("node-mig-layout", kwargs={"hostname": HOST}),
+                              {"config": ONE_G, "name": "all-1g"},
+                              format="json").status_code == 200
+    agent_reports([gpu_report(0, "enabled", 7), gpu_report(1, "enabled", 7)])
+    assert reported_split() == [True, True]
+    assert put(pool, mode="whole", gpu=0).status_code == 200
+    assert pushed_mig()[0] == {"gpu_index": 0, "instances": []}  # told to drop MIG
+    whole = services.order_create(actor=pool["0"], tenant=pool["t0"], spec=services.OrderSpec(
+        models=["H100"], gpu_count=1, duration_hours=Decimal(2)))
+    mig = services.order_create(actor=pool["1"], tenant=pool["t1"], spec=services.OrderSpec(
+        models=["H100"], mig_profile="1g.10gb", gpu_count=1, duration_hours=Decimal(2)))
+    schedule_pass()
+    whole.refresh_from_db()
+    assert whole.state == S.QUEUED and placed_on(whole) == []  # GPU 0 is still split
+    assert [i for i, _, _ in live_instances()] == [1]  # GPU 0 is whole now: no MIG there
+    # the agent still winds down (instances destroyed, MIG on): still no whole lease
+    agent_reports([gpu_report(0, "pending_reset"), gpu_report(1, "enabled", 7)])
+    schedule_pass()
+    whole.refresh_from_db()
+    assert whole.state == S.QUEUED and reported_split() == [True, True]
+    # MIG off on GPU 0: the whole order goes there
+    agent_reports([gpu_report(0, "disabled"), gpu_report(1, "enabled", 7)])
+    assert reported_split() == [False, True]
+    schedule_pass()
+    whole.refresh_from_db()
+    assert whole.state != S.QUEUED and placed_on(whole) == [0], (whole.state,
+                                                                  whole.wait_reason)
+    mig.refresh_from_db()
+    assert placed_on(mig) == [1]
+
+
+def test_the_reported_split_follows_the_agents_reports_both_ways(
+        pool: dict[str, Any]) -> None:
+    assert put(pool, mode="dynamic").status_code == 200
+    assert reported_split() == [False, False]
+    agent_reports([gpu_report(0, "enabled"), gpu_report(1, "disabled")])
+    assert reported_split() == [True, False]
+    assert allocation.reported_split_gpus() == {(HOST, 0)}
+    agent_reports([gpu_report(0, "disabled"), gpu_report(1, "disabled")])
+    assert reported_split() == [False, False] and allocation.reported_split_gpus() == set()
+    agent_reports([gpu_report(0, "disabled", 1), gpu_report(1, "enabled")])  # instances
+    assert reported_split() == [True, True]
+    agent_reports([])  # a GPU no longer reported is not split as far as the agent says
+    assert reported_split() == [False, False]
+    # the simulated agent raises the same convergence event: the column follows it too
+    lease = order(pool, 0, "1g.10gb")
+    [(gpu, _, _)] = live_instances()
+    assert reported_split()[gpu] is True
+    services.lease_release(actor=pool["0"], lease=lease)
+    drive()
+    assert reported_split() == [False, False]
+
+
+def test_the_upgrade_fills_the_reported_split_from_the_stored_reports(
+        pool: dict[str, Any]) -> None:
+    """Deployed on a fleet already reporting: the column starts as the agents last said."""
+    from django.apps import apps
+
+    backfill = importlib.import_module(
+        "portal.leasing.migrations.0011_gpu_mig_reported_split_backfill")
+    NodeObservedState.objects.update_or_create(node=Node.objects.get(), defaults={
+        "document": {"mig": [gpu_report(0, "disabled"), gpu_report(1, "pending_reset")]}})
+    assert reported_split() == [False, False]
+    backfill.forwards(apps, None)
+    assert reported_split() == [False, True]
