@@ -430,6 +430,9 @@ def simulate(nodes: Sequence[Node], topology: Topology, jobs: Sequence[Job], pol
         "refused": len(refused),  # can never fit this fabric (scheduler.never_fits)
         **{f"wait_{b}_pct": why[b] for b in BUCKETS},
         **{f"tail_{b}_pct": why_tail[b] for b in BUCKETS},
+        # wait_leaf_frag_pct's points per gang size (nodes): where the share comes from
+        "leaf_frag_by_nodes": sim.causes.points_by(
+            "leaf_frag", {j.id: j.nodes for j in jobs if j.kind == "gang"}),
     }
 
 

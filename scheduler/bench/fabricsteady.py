@@ -56,8 +56,25 @@ def steady_cells(rows: Sequence[Row]) -> list[Row]:
                 "wait_leaf_frag_pct": _spread(_numbers(mine, "wait_leaf_frag_pct"), 1),
                 "other_wait_mean_s": _spread(other_mean, 1),
                 "other_wait_p95_s": _spread(other_p95),
+                "leaf_frag_by_nodes": _points_by_size(mine),
             })
     return out
+
+
+def _points_by_size(rows: Sequence[Row]) -> str:
+    """``wait_leaf_frag_pct``'s points per gang size, mean over the seeds: which gangs the
+    share comes from (``nodes:points`` ascending; ``none`` when no gang waited on it, ``-``
+    for a row without leaves)."""
+    found = [r.get("leaf_frag_by_nodes") for r in rows]
+    if not found or any(not isinstance(d, dict) for d in found):
+        return "-"
+    # JSON (a saved sweep) turns the sizes into strings: one int-keyed map per seed
+    per_seed = [{int(k): float(v) for k, v in d.items()} for d in found if isinstance(d, dict)]
+    sizes = sorted({n for d in per_seed for n in d})
+    if not sizes:
+        return "none"  # leaves, but no gang waited on leaf fragmentation
+    return " ".join(f"{n}:{statistics.fmean(d.get(n, 0.0) for d in per_seed):.1f}"
+                    for n in sizes)
 
 
 def steady(rows: Sequence[Row]) -> str:
@@ -72,4 +89,7 @@ def steady(rows: Sequence[Row]) -> str:
             f"{c['gang_p50']:>20} {c['gang_p95']:>22} {c['gang_p95_sd']:>7} "
             f"{c['wait_leaf_frag_pct']:>20} {c['other_wait_mean_s']:>18} "
             f"{c['other_wait_p95_s']:>16}")
+    lines += ["", "wait_leaf_frag_pct points by gang size (nodes:points, mean over the seeds)"]
+    lines += [f"{c['load']:>5} {c['fabric']:<7} {c['policy']:<22} {c['leaf_frag_by_nodes']}"
+              for c in steady_cells(rows) if c["leaf_frag_by_nodes"] != "-"]
     return "\n".join(lines)

@@ -49,6 +49,20 @@ class WaitCauses:
         whole = sum(sums.values())
         return {b: round(100 * v / whole, 1) if whole else 0.0 for b, v in sums.items()}
 
+    def points_by(self, bucket: str, group_of: Mapping[str, int]) -> dict[int, float]:
+        """Where one bucket's share comes from: per group (``group_of``: gang -> group,
+        e.g. its node count), the group's wait-seconds in ``bucket`` as points of *all*
+        gangs' wait-seconds, so the groups' points add up to ``shares()[bucket]``
+        (up to rounding). Groups without such seconds are left out; ascending."""
+        whole = sum(self.total.values())
+        points: dict[int, float] = {}
+        for gang, buckets in self.per_gang.items():
+            seconds = buckets.get(bucket, 0.0)
+            group = group_of.get(gang)
+            if seconds and group is not None:
+                points[group] = points.get(group, 0.0) + seconds
+        return {g: round(100 * v / whole, 1) for g, v in sorted(points.items()) if whole}
+
 
 @dataclass(frozen=True)
 class Moment:

@@ -38,3 +38,16 @@ def test_wait_causes_shares_over_all_and_over_the_tail():
                           "node_frag": 0.0}
     assert c.shares(["g2"])["capacity"] == 100.0
     assert WaitCauses().shares()["capacity"] == 0.0
+
+
+def test_points_by_size_say_which_gangs_the_leaf_frag_share_comes_from():
+    c = WaitCauses()
+    c.add("big", "leaf_frag", 300.0)
+    c.add("small", "leaf_frag", 100.0)
+    c.add("small", "capacity", 100.0)
+    c.add("unsized", "leaf_frag", 500.0)  # not in the map (a requeued spot copy): left out
+    points = c.points_by("leaf_frag", {"big": 16, "small": 2})
+    assert points == {2: 10.0, 16: 30.0}
+    assert list(points) == [2, 16]
+    assert c.points_by("capacity", {"big": 16, "small": 2}) == {2: 10.0}
+    assert WaitCauses().points_by("leaf_frag", {"big": 16}) == {}
