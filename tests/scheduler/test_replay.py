@@ -144,3 +144,44 @@ def test_variant_cli_records_the_variant(tmp_path):
                  "--pods", str(DATA / "pods_slice.csv"), "--tune", "1.3",
                  "--variant", "gpushare100", "--out", str(out)]) == 0
     assert json.loads(out.read_text())["variant"] == "gpushare100"
+
+
+@pytest.mark.parametrize(("variant", "share"), [("multigpu20-fgd", 0.20),
+                                                ("multigpu50-fgd", 0.50)])
+def test_fgd_built_multigpu_variant_keeps_the_pods_and_appends_multi_gpu_pods(variant,
+                                                                               share):
+    from scheduler.bench.replay.trace import Pod
+    from scheduler.bench.replay.variants import apply_variant, requested_share
+
+    shapes = [(2, 1000)] * 3 + [(8, 1000)] * 2 + [(1, 460)] * 200 + [(1, 1000)] * 255
+    pods = [Pod(f"p{i}", 4000, 8192, *shapes[i % len(shapes)], frozenset())
+            for i in range(4600)]
+    out = apply_variant(pods, variant)
+    assert out == apply_variant(pods, variant)  # seeded by the variant's name
+    assert out[:len(pods)] == pods  # FGD's files start with the default pods unchanged
+    added = out[len(pods):]
+    assert added and all(p.num_gpu > 1 for p in added)
+    assert len({p.name for p in out}) == len(out)  # appended copies are new originals
+    assert share <= requested_share(out, "multigpu") < share + 0.01
+    assert requested_share(out[:-1], "multigpu") < share  # it stops at the first past it
+
+
+@pytest.mark.parametrize(("variant", "share"), [("gpushare40-fgd", 0.40),
+                                                ("gpushare100-fgd", 1.00)])
+def test_fgd_built_gpushare_variant_redraws_pods_until_fractions_request_the_share(
+        variant, share):
+    from scheduler.bench.replay.trace import Pod
+    from scheduler.bench.replay.variants import apply_variant, in_class, requested_share
+
+    shapes = [(2, 1000)] * 3 + [(8, 1000)] * 2 + [(1, 460)] * 200 + [(1, 1000)] * 255
+    pods = [Pod(f"p{i}", 4000, 8192, *shapes[i % len(shapes)], frozenset())
+            for i in range(4600)] + [Pod(f"c{i}", 4000, 8192, 0, 0, frozenset())
+                                     for i in range(400)]
+    before = requested_share(pods, "gpushare")
+    out = apply_variant(pods, variant)
+    assert out == apply_variant(pods, variant)
+    assert [p.name for p in out] == [p.name for p in pods]  # count and order kept
+    assert all(not p.num_gpu for p in out[4600:])
+    assert before < 0.3 and share - 0.01 <= requested_share(out, "gpushare") <= 1.0
+    changed = [b for a, b in zip(pods, out, strict=True) if a != b]
+    assert changed and all(in_class("gpushare", p) for p in changed)

@@ -21,7 +21,7 @@ from scheduler.bench.replay.trace import (
     score_context,
     tune,
 )
-from scheduler.bench.replay.variants import VARIANTS, apply_variant
+from scheduler.bench.replay.variants import NAMES, apply_variant
 from scheduler.policy import DEFAULT_POLICY, POLICIES, get_policy
 
 
@@ -53,10 +53,13 @@ def _parser() -> argparse.ArgumentParser:
                             "model (both V100 sizes), the form of FGD's gpuspec traces; "
                             "observed: the spec frequencies by pod shape counted in "
                             "FGD's gpuspec33 file (one model or several)")
-        p.add_argument("--variant", choices=sorted(VARIANTS), default=None,
+        p.add_argument("--variant", choices=sorted(NAMES), default=None,
                        help="FGD's workload variants, derived from the given pods: "
                             "multigpuN / gpushareN make N %% of GPU pods multi-GPU / "
-                            "fractional (ADR 0237)")
+                            "fractional (ADR 0237); multigpuN-fgd appends multi-GPU "
+                            "pods until they request N %% of the GPU, gpushareN-fgd "
+                            "re-draws pods until fractional ones request N %% of it, "
+                            "as FGD's files are built (ADR 0245)")
     tl = sub.choices["timeline"]
     tl.add_argument("--tenants", type=int, default=8)
     tl.add_argument("--retry-window", type=int, default=64)

@@ -7,6 +7,13 @@ were drawn is not in the sources available here, so they are not copied: a varia
 built from the default pods by re-drawing a pod's resource shape so that ``share`` of the
 GPU pods are multi-GPU (``multigpu``) or fractional (``gpushare``). Reading of the names
 (an assumption, see ADR 0237): the number is the percentage of GPU pods, by count.
+
+``multigpu20-fgd`` / ``multigpu50-fgd`` follow FGD's own construction as its published
+files show it (ADR 0245): the 8,152 default pods unchanged, then multi-GPU pods drawn from
+the default's multi-GPU pods appended until they request the share of all GPU milli
+(``openb_pod_list_multigpu50.csv``: the default pods, then 909 appended multi-GPU pods;
+this construction appends 878 on average, 163 for 20 %). The draws are ours (seeded by
+the variant's name), not FGD's pods.
 """
 
 from __future__ import annotations
@@ -26,6 +33,19 @@ VARIANTS: dict[str, tuple[str, float]] = {
     "gpushare100": ("gpushare", 1.00),
 }
 
+# Appended like FGD's files: (class, share of requested GPU milli the class reaches)
+APPENDED: dict[str, tuple[str, float]] = {
+    "multigpu20-fgd": ("multigpu", 0.20),
+    "multigpu50-fgd": ("multigpu", 0.50),
+}
+# Re-shaped like FGD's gpushare files (the 8,152 pods, their shapes re-drawn) until the
+# class requests the share of all requested GPU milli (not a share of pods by count)
+RESHAPED: dict[str, tuple[str, float]] = {
+    "gpushare40-fgd": ("gpushare", 0.40),
+    "gpushare100-fgd": ("gpushare", 1.00),
+}
+NAMES = (*VARIANTS, *APPENDED, *RESHAPED)
+
 _CLASS: dict[str, Callable[[Pod], bool]] = {
     "multigpu": lambda p: p.num_gpu > 1,
     "gpushare": lambda p: p.num_gpu == 1 and 0 < p.gpu_milli < MILLI,
@@ -40,7 +60,12 @@ def apply_variant(pods: Sequence[Pod], name: str) -> list[Pod]:
     """The pods with GPU pods re-shaped so that the variant's share of them is in its
     class: a pod moved into (or out of) the class takes the cpu, memory, GPU count,
     GPU milli and model of a donor pod drawn from the default pods of that class (or of
-    the other GPU pods). Draws are seeded per pod name, so resampled clones agree."""
+    the other GPU pods). Draws are seeded per pod name, so resampled clones agree.
+    An ``APPENDED`` variant keeps the pods and appends (``append_class``)."""
+    if name in APPENDED:
+        return append_class(pods, *APPENDED[name], seed=name)
+    if name in RESHAPED:
+        return reshape_until(pods, *RESHAPED[name], seed=name)
     kind, target = VARIANTS[name]
     gpu = [p for p in pods if p.num_gpu]
     inside = [p for p in gpu if in_class(kind, p)]
@@ -68,6 +93,57 @@ def apply_variant(pods: Sequence[Pod], name: str) -> list[Pod]:
         result.append(replace(p, cpu_milli=d.cpu_milli, memory_mib=d.memory_mib,
                               num_gpu=d.num_gpu, gpu_milli=d.gpu_milli, models=d.models))
     return result
+
+
+def append_class(pods: Sequence[Pod], kind: str, target: float, seed: str) -> list[Pod]:
+    """The pods, then copies of pods of ``kind`` drawn uniformly (seeded by ``seed``)
+    until that class requests ``target`` of all requested GPU milli; each copy is named
+    ``{seed}-{k}`` (unique, so resampling treats it as an original)."""
+    donors = [p for p in pods if p.num_gpu and in_class(kind, p)]
+    total = sum(p.gpu_request for p in pods)
+    mine = sum(p.gpu_request for p in donors)
+    out = list(pods)
+    if not donors or not 0 < target < 1:
+        return out
+    rng = random.Random(zlib.crc32(seed.encode()))
+    k = 0
+    while mine < target * total:
+        d = donors[rng.randrange(len(donors))]
+        out.append(replace(d, name=f"{seed}-{k}"))
+        k += 1
+        mine += d.gpu_request
+        total += d.gpu_request
+    return out
+
+
+def reshape_until(pods: Sequence[Pod], kind: str, target: float, seed: str) -> list[Pod]:
+    """The pods, GPU pods outside ``kind`` re-drawn one by one (in a seeded order) as a
+    donor of ``kind`` (its cpu, memory, GPU count, milli and model) until that class
+    requests ``target`` of all requested GPU milli; names, count and order are kept."""
+    out = list(pods)
+    donors = [p for p in pods if p.num_gpu and in_class(kind, p)]
+    if not donors:
+        return out
+    rng = random.Random(zlib.crc32(seed.encode()))
+    order = [i for i, p in enumerate(out) if p.num_gpu and not in_class(kind, p)]
+    rng.shuffle(order)
+    total = sum(p.gpu_request for p in out)
+    mine = sum(p.gpu_request for p in donors)
+    for i in order:
+        if mine >= target * total:
+            break
+        d = donors[rng.randrange(len(donors))]
+        total += d.gpu_request - out[i].gpu_request
+        mine += d.gpu_request
+        out[i] = replace(out[i], cpu_milli=d.cpu_milli, memory_mib=d.memory_mib,
+                         num_gpu=d.num_gpu, gpu_milli=d.gpu_milli, models=d.models)
+    return out
+
+
+def requested_share(pods: Sequence[Pod], kind: str) -> float:
+    """Share of all requested GPU milli that pods of ``kind`` request."""
+    total = sum(p.gpu_request for p in pods)
+    return sum(p.gpu_request for p in pods if in_class(kind, p)) / total if total else 0.0
 
 
 def share(pods: Sequence[Pod], name: str) -> float:
