@@ -83,7 +83,8 @@ def steady(rows: Sequence[Row]) -> str:
             f"{'gang p50 [min-max]':>20} {'gang p95 [min-max]':>22} {'p95 sd':>7} "
             f"{'wait_leaf_frag_pct':>20} {'others mean':>18} {'others p95':>16}")
     lines = [head, "-" * len(head)]
-    for c in steady_cells(rows):
+    cells = steady_cells(rows)
+    for c in cells:
         lines.append(
             f"{c['load']:>5} {c['fabric']:<7} {c['policy']:<22} {c['seeds']:>5} "
             f"{c['gang_p50']:>20} {c['gang_p95']:>22} {c['gang_p95_sd']:>7} "
@@ -91,5 +92,5 @@ def steady(rows: Sequence[Row]) -> str:
             f"{c['other_wait_p95_s']:>16}")
     lines += ["", "wait_leaf_frag_pct points by gang size (nodes:points, mean over the seeds)"]
     lines += [f"{c['load']:>5} {c['fabric']:<7} {c['policy']:<22} {c['leaf_frag_by_nodes']}"
-              for c in steady_cells(rows) if c["leaf_frag_by_nodes"] != "-"]
+              for c in cells if c["leaf_frag_by_nodes"] != "-"]
     return "\n".join(lines)

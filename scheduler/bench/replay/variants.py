@@ -13,7 +13,9 @@ files show it (ADR 0245): the 8,152 default pods unchanged, then multi-GPU pods 
 the default's multi-GPU pods appended until they request the share of all GPU milli
 (``openb_pod_list_multigpu50.csv``: the default pods, then 909 appended multi-GPU pods;
 this construction appends 878 on average, 163 for 20 %). The draws are ours (seeded by
-the variant's name), not FGD's pods.
+the variant's name), not FGD's pods. ``gpushare40-fgd`` / ``gpushare100-fgd`` keep the
+pods (as FGD's ``gpushare40.csv`` does: the 8,152 names) and re-draw whole-GPU pods as
+fractional ones until those request the share of all GPU milli.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ def apply_variant(pods: Sequence[Pod], name: str) -> list[Pod]:
     class: a pod moved into (or out of) the class takes the cpu, memory, GPU count,
     GPU milli and model of a donor pod drawn from the default pods of that class (or of
     the other GPU pods). Draws are seeded per pod name, so resampled clones agree.
-    An ``APPENDED`` variant keeps the pods and appends (``append_class``)."""
+    An ``APPENDED`` variant keeps the pods and appends (``append_class``); a
+    ``RESHAPED`` one re-draws pods by requested GPU (``reshape_until``)."""
     if name in APPENDED:
         return append_class(pods, *APPENDED[name], seed=name)
     if name in RESHAPED:
@@ -89,10 +92,14 @@ def apply_variant(pods: Sequence[Pod], name: str) -> list[Pod]:
         if not donors:
             result.append(p)
             continue
-        d = donors[rng.randrange(len(donors))]
-        result.append(replace(p, cpu_milli=d.cpu_milli, memory_mib=d.memory_mib,
-                              num_gpu=d.num_gpu, gpu_milli=d.gpu_milli, models=d.models))
+        result.append(_shaped_as(p, donors[rng.randrange(len(donors))]))
     return result
+
+
+def _shaped_as(pod: Pod, donor: Pod) -> Pod:
+    """``pod`` (its name and times) with the donor's cpu, memory, GPU count, milli and model."""
+    return replace(pod, cpu_milli=donor.cpu_milli, memory_mib=donor.memory_mib,
+                   num_gpu=donor.num_gpu, gpu_milli=donor.gpu_milli, models=donor.models)
 
 
 def append_class(pods: Sequence[Pod], kind: str, target: float, seed: str) -> list[Pod]:
@@ -135,8 +142,7 @@ def reshape_until(pods: Sequence[Pod], kind: str, target: float, seed: str) -> l
         d = donors[rng.randrange(len(donors))]
         total += d.gpu_request - out[i].gpu_request
         mine += d.gpu_request
-        out[i] = replace(out[i], cpu_milli=d.cpu_milli, memory_mib=d.memory_mib,
-                         num_gpu=d.num_gpu, gpu_milli=d.gpu_milli, models=d.models)
+        out[i] = _shaped_as(out[i], d)
     return out
 
 
